@@ -1,0 +1,3 @@
+"""feedbench: can this storage and this CPU keep my GPUs fed?"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,220 @@
+"""THE results schema: dataclasses ↔ JSON with ``schema_version``, written atomically.
+
+Every command writes one such file; every table, plot, comparison and verdict is computed from it.
+Numbers stay numbers (seconds, bytes, samples); units are chosen only when rendering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from feedbench import __version__
+from feedbench.errors import FeedbenchError
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class Percentiles:
+    p50_s: float
+    p95_s: float
+    p99_s: float
+    max_s: float
+
+
+@dataclass
+class StageStats:
+    """One stage within a pass. ``samples_per_s`` is the stage's own rate: samples / busy s."""
+
+    name: str
+    samples: int
+    busy_s: float
+    in_bytes: int
+    samples_per_s: float
+    mb_per_s: float  # in_bytes / busy_s / 1e6
+    share: float  # busy_s / sum of all stages' busy_s
+    latency: Percentiles | None = None
+    available: bool = True
+    note: str | None = None
+
+
+@dataclass
+class SampleError:
+    key: str
+    stage: str
+    message: str
+
+
+@dataclass
+class CacheState:
+    mode: str  # "cold" (evicted before the pass) or "warm" (left as it was)
+    resident_before: float | None  # fraction of dataset bytes in the page cache before the pass
+    evict_failures: int = 0
+
+
+@dataclass
+class PassResult:
+    """One measured pass over (a consumer's share of) the dataset."""
+
+    name: str  # "cold" / "warm"
+    consumers: int
+    samples: int  # good samples through every chosen stage
+    files: int  # files opened (images or shards)
+    read_bytes: int  # bytes actually read from storage
+    errors: int
+    wall_s: float
+    first_batch_s: float | None
+    samples_per_s: float  # samples / wall_s
+    steady_samples_per_s: float | None  # after the first batch
+    mb_per_s: float
+    files_per_s: float
+    batches: int
+    stages: list[StageStats]
+    cache: CacheState
+    partial: bool = False
+
+
+@dataclass
+class DatasetInfo:
+    path: str
+    format: str  # "tree" / "shards"
+    files: int
+    bytes: int
+    samples: int | None  # known up front for trees; counted during the scan for shards
+
+
+@dataclass
+class HostInfo:
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int
+    memory_bytes: int
+    torch: str
+    cuda_devices: list[str]
+
+    @staticmethod
+    def current() -> HostInfo:
+        import psutil
+        import torch
+
+        gpus = []
+        if torch.cuda.is_available():
+            gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return HostInfo(
+            hostname=socket.gethostname(),
+            platform=platform.platform(),
+            python=sys.version.split()[0],
+            cpu_count=os.cpu_count() or 1,
+            memory_bytes=psutil.virtual_memory().total,
+            torch=torch.__version__,
+            cuda_devices=gpus,
+        )
+
+
+@dataclass
+class ScanResult:
+    kind: str
+    created_utc: str
+    command: list[str]
+    config: dict[str, Any]
+    host: HostInfo
+    dataset: DatasetInfo
+    passes: list[PassResult] = field(default_factory=list)
+    errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
+    warnings: list[str] = field(default_factory=list)
+    partial: bool = False
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """Rebuild a value of (possibly generic / optional / dataclass) type ``tp`` from JSON."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(args[0], value) if len(args) == 1 else value
+    if origin is list:
+        (inner,) = typing.get_args(tp) or (Any,)
+        return [_build(inner, v) for v in value]
+    if origin is dict:
+        _, inner = typing.get_args(tp) or (str, Any)
+        return {k: _build(inner, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: _build(hints[k], v) for k, v in data.items() if k in names}
+    return cls(**kwargs)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and a rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save(result: ScanResult, path: str | os.PathLike[str]) -> None:
+    try:
+        write_atomic(path, json.dumps(to_dict(result), indent=2) + "\n")
+    except OSError as e:
+        raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
+
+
+def load(path: str | os.PathLike[str]) -> ScanResult:
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise FeedbenchError(f"no such results file: {path}") from e
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise FeedbenchError(
+            f"{path} has schema_version {data['schema_version']}; "
+            f"this feedbench reads {SCHEMA_VERSION}"
+        )
+    try:
+        return from_dict(ScanResult, data)
+    except (TypeError, KeyError, ValueError) as e:
+        raise FeedbenchError(f"{path} does not match the results schema: {e}") from e

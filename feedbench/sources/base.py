@@ -1,0 +1,48 @@
+"""The source contract: list once, then yield timed raw samples for a chosen set of units."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class RawSample:
+    """One sample's bytes as read from storage, or why it could not be read."""
+
+    key: str  # file path, or "shard.tar:key" for shards
+    data: bytes | None
+    label: int | None
+    read_bytes: (
+        int  # bytes actually read from storage for this sample (payload + container overhead)
+    )
+    read_s: float
+    error: str | None = None
+
+
+class Source(ABC):
+    """A dataset listed once. Units are what is sharded across consumers: files or tar shards."""
+
+    kind: str  # "tree" or "shards"
+    root: str
+
+    @abstractmethod
+    def units(self) -> int:
+        """Number of shardable units (files for a tree, .tar files for shards)."""
+
+    @abstractmethod
+    def files(self) -> Sequence[str]:
+        """Every file the source reads (for cache control)."""
+
+    @abstractmethod
+    def total_bytes(self) -> int:
+        """Sum of file sizes as listed."""
+
+    @abstractmethod
+    def samples_hint(self) -> int | None:
+        """Number of samples if known without reading (tree), else None (shards)."""
+
+    @abstractmethod
+    def iter_samples(self, unit_indices: Sequence[int]) -> Iterator[RawSample]:
+        """Read the given units in order, yielding one record per sample (or per failure)."""

@@ -1,0 +1,56 @@
+"""Shared fixtures: every test makes its own data with feedbench.sample (or uses sample_data/)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from feedbench.sample import SampleSpec, make_sample
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def dataset(tmp_path_factory) -> Path:
+    """24 ImageNet-like JPEGs in 4 classes, as a tree and as 4 tar shards. Do not modify: copy."""
+    out = tmp_path_factory.mktemp("ds") / "sample"
+    make_sample(out, SampleSpec(images=24, seed=7, classes=4, per_shard=6), jobs=1)
+    return out
+
+
+@pytest.fixture
+def dataset_copy(dataset: Path, tmp_path: Path) -> Path:
+    """A private copy of the dataset that a test may damage."""
+    dst = tmp_path / "copy"
+    shutil.copytree(dataset, dst)
+    return dst
+
+
+@dataclass
+class CliRun:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """Run the real ``feedbench`` entry point in-process; return exit code and output."""
+    from feedbench.cli import main
+
+    def run(*args: str) -> CliRun:
+        monkeypatch.setattr(sys, "argv", ["feedbench", *args])
+        monkeypatch.setenv("COLUMNS", "200")
+        code = 0
+        try:
+            main()
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        captured = capsys.readouterr()
+        return CliRun(code, captured.out, captured.err)
+
+    return run

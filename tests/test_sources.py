@@ -1,0 +1,89 @@
+import os
+import shutil
+
+import pytest
+
+from feedbench.errors import FeedbenchError
+from feedbench.sources import ShardSource, TreeSource, detect
+
+
+def test_detects_tree_and_labels_from_class_folders(dataset):
+    source, notes = detect(str(dataset / "images"))
+    assert isinstance(source, TreeSource) and notes == []
+    assert source.units() == 24 and source.samples_hint() == 24
+    assert source.classes == [f"class_{c:03d}" for c in range(4)]
+    for i in range(source.units()):
+        path = str(source.files()[i])
+        assert source.label(i) == int(os.path.basename(os.path.dirname(path)).split("_")[1])
+
+
+def test_sample_root_prefers_images_and_says_so(dataset):
+    source, notes = detect(str(dataset))
+    assert source.kind == "tree"
+    assert "--format shards" in notes[0]
+    # labels still come from class folders, although PATH is one level up
+    assert source.classes == [f"class_{c:03d}" for c in range(4)]
+    shards, _ = detect(str(dataset), "shards")
+    assert isinstance(shards, ShardSource) and shards.units() == 4
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["shards", "shards/shard-{00000..00003}.tar", "shards/*.tar", "shards/shard-00002.tar"],
+)
+def test_detects_shards_by_dir_pattern_and_file(dataset, spec):
+    source, _ = detect(str(dataset / spec))
+    assert source.kind == "shards"
+    assert source.units() == (1 if spec.endswith("00002.tar") else 4)
+
+
+def test_shard_samples_carry_labels(dataset):
+    source, _ = detect(str(dataset / "shards"))
+    samples = list(source.iter_samples(range(source.units())))
+    assert len(samples) == 24 and all(s.error is None for s in samples)
+    tree, _ = detect(str(dataset / "images"))
+    by_name = {os.path.basename(str(p))[:-4]: tree.label(i) for i, p in enumerate(tree.files())}
+    for s in samples:
+        assert s.label == by_name[s.key.rsplit(":", 1)[1]]
+    # every byte of every shard is accounted to some sample
+    assert sum(s.read_bytes for s in samples) == source.total_bytes()
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(FeedbenchError, match="no such file or directory"):
+        detect(str(tmp_path / "nope"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FeedbenchError, match="is empty"):
+        detect(str(tmp_path / "empty"))
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "readme.txt").write_text("hi")
+    with pytest.raises(FeedbenchError, match=r"no images .* \(1 other files, e.g. readme.txt\)"):
+        detect(str(tmp_path / "docs"))
+    with pytest.raises(FeedbenchError, match="is a file"):
+        detect(str(tmp_path / "docs" / "readme.txt"))
+    with pytest.raises(FeedbenchError, match="shard not found"):
+        detect(str(tmp_path / "x-{0..3}.tar"))
+    with pytest.raises(FeedbenchError, match="not supported yet"):
+        detect("s3://bucket/data")
+
+
+def test_format_mismatch(dataset, tmp_path):
+    only_images = tmp_path / "imgs"
+    shutil.copytree(dataset / "images", only_images)
+    with pytest.raises(FeedbenchError, match="no .tar shards"):
+        detect(str(only_images), "shards")
+    with pytest.raises(FeedbenchError, match="unknown format"):
+        detect(str(only_images), "zip")
+
+
+def test_truncated_shard_yields_good_samples_then_one_error(dataset_copy):
+    shard = dataset_copy / "shards" / "shard-00001.tar"
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    source, _ = detect(str(dataset_copy / "shards"))
+    samples = list(source.iter_samples([1]))
+    good = [s for s in samples if s.error is None]
+    bad = [s for s in samples if s.error is not None]
+    assert 1 <= len(good) < 6
+    assert len(bad) == 1 and "truncated" in bad[0].error
+    assert bad[0].key.endswith("shard-00001.tar")
