@@ -11,12 +11,10 @@ import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
-    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     TextColumn,
     TimeRemainingColumn,
-    TransferSpeedColumn,
 )
 
 from feedbench import __version__
@@ -97,68 +95,243 @@ def sample(
     )
 
 
-@app.command()
-def scan(
-    path: Annotated[
-        str | None,
-        typer.Argument(help="Image tree, .tar shard(s) or directory (default: sample_data/)."),
-    ] = None,
-    stages: Annotated[
-        str, typer.Option(help="Cumulative stages: read,decode,augment,collate,transfer.")
-    ] = "read,decode,augment",
-    batch_size: Annotated[int, typer.Option("--batch-size", "-b", help="Samples per batch.")] = 64,
-    passes: Annotated[str, typer.Option(help="cold (evicted first), warm, or cold,warm.")] = "cold",
-    fmt: Annotated[str, typer.Option("--format", help="auto, tree or shards.")] = "auto",
-    drop_caches: Annotated[
-        bool, typer.Option(help="Also write /proc/sys/vm/drop_caches (root) before cold passes.")
-    ] = False,
-    json_out: Annotated[
-        Path | None, typer.Option("--json", help="Results file (default: results/scan-TIME.json).")
-    ] = None,
-) -> None:
-    """Measure how fast PATH can be iterated, stage by stage."""
-    from feedbench import results as res
-    from feedbench.render import render_scan
-    from feedbench.run import ScanConfig, parse_passes, unusable
-    from feedbench.run import scan as run_scan
-    from feedbench.stages import parse_stages
+ScanPath = Annotated[
+    str | None,
+    typer.Argument(help="Image tree, .tar shard(s) or directory (default: sample_data/)."),
+]
 
-    config = ScanConfig(
+
+def _scan_config(
+    path,
+    stages,
+    batch_size,
+    passes,
+    consumers,
+    workers,
+    repeat,
+    fmt,
+    drop_caches,
+    direct,
+    step_time,
+    rate,
+    profile,
+    async_steps,
+    warmup_batches,
+    read_latency,
+    target_au,
+    find_max,
+    max_consumers,
+    seed,
+):
+    from feedbench.run import ScanConfig, parse_passes
+    from feedbench.stages import parse_stages
+    from feedbench.sweep import parse_counts
+
+    return ScanConfig(
         path=path if path is not None else default_data(),
         stages=parse_stages(stages),
         batch_size=batch_size,
         passes=parse_passes(passes),
+        consumers=parse_counts(consumers),
+        workers=workers,
+        repeat=repeat,
         fmt=fmt,
         drop_caches=drop_caches,
+        direct=direct,
+        step_s=step_time,
+        rate=rate,
+        profile=profile,
+        async_steps=async_steps,
+        warmup_batches=warmup_batches,
+        read_latency_s=read_latency,
+        target_au=target_au,
+        find_max=find_max,
+        max_consumers=max_consumers,
+        seed=seed,
     )
-    target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
 
-    bar = Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        console=err,
-        transient=True,
-    )
 
-    def progress_start(name: str, total_bytes: int):
-        task = bar.add_task(f"{name} pass", total=total_bytes)
-        return lambda n, nbytes: bar.advance(task, nbytes)
+def _write_outputs(result, target: Path, plots: bool) -> None:
+    from feedbench import results as res
+    from feedbench.render import render_scan
 
-    with bar:
-        result = run_scan(
-            config, progress_start=progress_start, on_update=lambda r: res.save(r, target)
-        )
     res.save(result, target)
     render_scan(result, out)
     out.print(f"results: {target}")
+    if plots and result.measurements:
+        try:
+            from feedbench.plots import write_all
+        except ImportError:
+            return
+        written = write_all(result, target.parent, target.stem)
+        if written:
+            out.print("plots: " + ", ".join(str(p) for p in written))
+
+
+@app.command()
+def scan(
+    path: ScanPath = None,
+    stages: Annotated[
+        str, typer.Option(help="Cumulative stages: read,decode,augment,collate,transfer.")
+    ] = "read,decode,augment",
+    consumers: Annotated[
+        str, typer.Option("--consumers", "-c", help="Consumer counts, e.g. 8 or 1,2,4,8.")
+    ] = "1",
+    workers: Annotated[
+        int | None, typer.Option(help="Loader workers per consumer (default: cores / consumers).")
+    ] = None,
+    batch_size: Annotated[
+        int | None, typer.Option("--batch-size", "-b", help="Per consumer (default 64 or profile).")
+    ] = None,
+    passes: Annotated[str, typer.Option(help="cold (evicted first), warm, or cold,warm.")] = "cold",
+    repeat: Annotated[int, typer.Option(help="Repeats of each measurement (mean ± std).")] = 1,
+    profile: Annotated[
+        str | None, typer.Option(help="Emulated accelerator, e.g. resnet50-h200.")
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option(help="Emulated accelerator appetite, samples/s per consumer.")
+    ] = None,
+    step_time: Annotated[
+        float | None, typer.Option("--step-time", help="Emulated step, seconds per batch.")
+    ] = None,
+    async_steps: Annotated[
+        bool, typer.Option(help="Emulated steps not synchronised across consumers.")
+    ] = False,
+    target_au: Annotated[float, typer.Option(help="Target accelerator utilisation.")] = 0.9,
+    find_max: Annotated[
+        bool, typer.Option(help="Search the most consumers with AU ≥ target (grow, bisect).")
+    ] = False,
+    max_consumers: Annotated[
+        int | None, typer.Option(help="Upper bound for --find-max (default: 2 × cores, ≥ 8).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="auto, tree or shards.")] = "auto",
+    drop_caches: Annotated[
+        bool, typer.Option(help="Also write /proc/sys/vm/drop_caches (root) before cold passes.")
+    ] = False,
+    direct: Annotated[
+        bool, typer.Option(help="Read with O_DIRECT (bypass the page cache).")
+    ] = False,
+    read_latency: Annotated[
+        float, typer.Option(help="Add this many seconds to every file read (emulate slow storage).")
+    ] = 0.0,
+    warmup_batches: Annotated[
+        int, typer.Option(help="Batches per consumer left out of AU and the steady rate.")
+    ] = 1,
+    seed: Annotated[int, typer.Option(help="Shuffle and augmentation seed.")] = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Results file (default: results/scan-TIME.json).")
+    ] = None,
+    plots: Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")] = True,
+) -> None:
+    """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage."""
+    from feedbench import results as res
+    from feedbench.run import scan as run_scan
+    from feedbench.run import unusable
+
+    config = _scan_config(
+        path,
+        stages,
+        batch_size,
+        passes,
+        consumers,
+        workers,
+        repeat,
+        fmt,
+        drop_caches,
+        direct,
+        step_time,
+        rate,
+        profile,
+        async_steps,
+        warmup_batches,
+        read_latency,
+        target_au,
+        find_max,
+        max_consumers,
+        seed,
+    )
+    target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
+    status = err.status("starting consumers…")
+
+    def on_count(n: int, w: int) -> None:
+        status.update(
+            f"measuring {n} consumer{'s' if n != 1 else ''} × {w} workers "
+            f"({', '.join(config.passes)}, repeats: {config.repeat})…"
+        )
+
+    with status:
+        result = run_scan(config, on_update=lambda r: res.save(r, target), on_count=on_count)
+    _write_outputs(result, target, plots)
     problem = unusable(result)
     if problem:
         raise FeedbenchError(problem)
     if result.partial:
         err.print("interrupted: partial results written")
         raise typer.Exit(130)
+
+
+def torchrun_main() -> None:
+    """``torchrun … -m feedbench.consumer PATH [scan options]``: this process is one rank."""
+    torchrun_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+
+    @torchrun_app.command()
+    def consumer(
+        path: ScanPath = None,
+        stages: str = "read,decode,augment",
+        workers: int | None = None,
+        batch_size: Annotated[int | None, typer.Option("--batch-size", "-b")] = None,
+        passes: str = "cold",
+        repeat: int = 1,
+        profile: str | None = None,
+        rate: float | None = None,
+        step_time: Annotated[float | None, typer.Option("--step-time")] = None,
+        async_steps: bool = False,
+        target_au: float = 0.9,
+        fmt: Annotated[str, typer.Option("--format")] = "auto",
+        drop_caches: bool = False,
+        direct: bool = False,
+        read_latency: float = 0.0,
+        warmup_batches: int = 1,
+        seed: int = 0,
+        json_out: Annotated[Path | None, typer.Option("--json")] = None,
+        plots: bool = True,
+    ) -> None:
+        """One consumer rank under torchrun; rank 0 gathers, renders and writes the results."""
+        from feedbench import results as res
+        from feedbench.run import run_under_torchrun
+
+        config = _scan_config(
+            path,
+            stages,
+            batch_size,
+            passes,
+            "1",
+            workers,
+            repeat,
+            fmt,
+            drop_caches,
+            direct,
+            step_time,
+            rate,
+            profile,
+            async_steps,
+            warmup_batches,
+            read_latency,
+            target_au,
+            False,
+            None,
+            seed,
+        )
+        target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
+        result = run_under_torchrun(config, on_update=lambda r: res.save(r, target))
+        if result is not None:
+            _write_outputs(result, target, plots)
+
+    try:
+        torchrun_app()
+    except FeedbenchError as e:
+        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ from typing import Any
 from feedbench import __version__
 from feedbench.errors import FeedbenchError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass
@@ -65,25 +65,107 @@ class CacheState:
 
 
 @dataclass
-class PassResult:
-    """One measured pass over (a consumer's share of) the dataset."""
+class MonitorSample:
+    """One reading of the machine's resources (rates are over the interval ending at ``t_s``)."""
 
-    name: str  # "cold" / "warm"
-    consumers: int
-    samples: int  # good samples through every chosen stage
-    files: int  # files opened (images or shards)
-    read_bytes: int  # bytes actually read from storage
+    t_s: float  # seconds since the monitor started
+    cpu_percent: list[float]  # per logical core, 0..100
+    mem_used_bytes: int
+    disk_read_bytes_per_s: float
+    disk_read_iops: float
+    net_recv_bytes_per_s: float
+    gpu_util_percent: list[float] = field(default_factory=list)  # per GPU (NVML), empty without
+    gpu_mem_used_bytes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Timeline:
+    """The monitor's readings during one measurement."""
+
+    label: str  # e.g. "4 consumers, cold, repeat 1"
+    interval_s: float
+    samples: list[MonitorSample] = field(default_factory=list)
+    gpu: str | None = None  # "nvml" when GPUs were read, else None
+    note: str | None = None  # why something could not be read
+
+
+@dataclass
+class ConsumerStats:
+    """One consumer (one emulated GPU / rank) in one measurement."""
+
+    rank: int
+    samples: int
+    files: int
+    read_bytes: int
     errors: int
+    batches: int
     wall_s: float
     first_batch_s: float | None
+    samples_per_s: float
+    steady_samples_per_s: float | None
+    stages: list[StageStats]
+    step_s: float = 0.0  # emulated accelerator time over measured (post-warm-up) steps
+    data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
+    sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier
+    data_wait: Percentiles | None = None  # per-batch wait distribution
+    au: float | None = None  # step / (step + data wait + sync wait); None without an emulated step
+
+
+@dataclass
+class Measurement:
+    """One measured configuration: N consumers, one pass (cold/warm), one repeat."""
+
+    consumers: int
+    workers: int  # loader workers per consumer
+    pass_name: str  # "cold" / "warm"
+    repeat: int  # 1-based
+    samples: int  # good samples through every chosen stage, all consumers
+    files: int
+    read_bytes: int  # bytes actually read from storage, all consumers
+    errors: int
+    batches: int
+    wall_s: float  # common start (barrier) to the last consumer's end
+    first_batch_s: float | None  # slowest consumer's first batch
     samples_per_s: float  # samples / wall_s
-    steady_samples_per_s: float | None  # after the first batch
+    steady_samples_per_s: float | None  # after warm-up batches, summed over consumers
     mb_per_s: float
     files_per_s: float
-    batches: int
-    stages: list[StageStats]
+    stages: list[StageStats]  # summed over consumers and workers
     cache: CacheState
+    per_consumer: list[ConsumerStats] = field(default_factory=list)
+    au_mean: float | None = None
+    au_min: float | None = None
+    monitor: Timeline | None = None
     partial: bool = False
+
+
+@dataclass
+class CurvePoint:
+    """Repeats of one (consumers, pass) summarised: the scaling curve is a list of these."""
+
+    consumers: int
+    pass_name: str
+    repeats: int
+    samples_per_s_mean: float
+    samples_per_s_std: float
+    samples_per_s_min: float
+    samples_per_s_max: float
+    cv: float  # std / mean
+    mb_per_s_mean: float
+    efficiency: float | None  # throughput(N) / (N * throughput(1)); None without an N=1 point
+    au_mean: float | None = None
+    au_min: float | None = None
+    rate_basis: str = "steady"  # "steady": after warm-up batches; "pass": whole pass incl. start
+
+
+@dataclass
+class Verdict:
+    bound: str  # limiting stage: read/decode/augment/collate/transfer, or "accelerator", "sync"
+    resource: str  # storage, cpu, pcie, gpu, none
+    text: str  # one sentence for humans
+    evidence: list[str] = field(default_factory=list)
+    supported_consumers: int | None = None  # largest N with AU >= target (when a step is emulated)
+    feeds_accelerators: float | None = None  # throughput / accelerator appetite
 
 
 @dataclass
@@ -132,7 +214,10 @@ class ScanResult:
     config: dict[str, Any]
     host: HostInfo
     dataset: DatasetInfo
-    passes: list[PassResult] = field(default_factory=list)
+    measurements: list[Measurement] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
+    accelerator: dict[str, Any] | None = None  # the emulated step: profile, step_s, rate, source
+    verdict: Verdict | None = None
     errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
     warnings: list[str] = field(default_factory=list)
     partial: bool = False

@@ -1,22 +1,44 @@
-"""Run a scan: detect the source, control the cache, run the passes, gather one ScanResult.
+"""Run a scan: N consumer processes (torch.distributed, gloo) per count, gathered at rank 0.
 
-This first version runs one consumer in this process; the multi-consumer engine builds on it.
+Locally, :func:`scan` spawns the consumers for each count in turn. Across machines, start
+``python -m feedbench.consumer`` under torchrun on every node: :func:`run_under_torchrun`.
+Rank 0 gathers every consumer's numbers after each measurement, so the results file grows as the
+scan goes and an interrupted or failed scan keeps what was measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import signal
+import socket
 import sys
+import tempfile
+import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
 
+import numpy as np
 import psutil
 
 from feedbench import cache
-from feedbench.consumer import ProgressFn, run_pass
+from feedbench.consumer import StepOptions, consumer_units, merge_stages, run_consumer
 from feedbench.errors import FeedbenchError
-from feedbench.results import CacheState, DatasetInfo, HostInfo, ScanResult, now_utc
-from feedbench.sources import detect
+from feedbench.profiles import get_profile
+from feedbench.results import (
+    CacheState,
+    DatasetInfo,
+    HostInfo,
+    Measurement,
+    SampleError,
+    ScanResult,
+    now_utc,
+)
+from feedbench.sources import Source, detect
+from feedbench.sweep import curve, default_workers, find_max, max_consumers_default
 
 PASSES = ("cold", "warm")
 
@@ -25,11 +47,46 @@ PASSES = ("cold", "warm")
 class ScanConfig:
     path: str
     stages: tuple[str, ...] = ("read", "decode", "augment")
-    batch_size: int = 64
+    batch_size: int | None = None  # None: the profile's batch, else 64
     passes: tuple[str, ...] = ("cold",)
+    consumers: tuple[int, ...] = (1,)
+    workers: int | None = None  # per consumer; None: cores divided fairly
+    repeat: int = 1
     fmt: str = "auto"
     image_size: int = 224
     drop_caches: bool = False
+    direct: bool = False
+    step_s: float | None = None
+    rate: float | None = None  # samples/s per accelerator
+    profile: str | None = None
+    async_steps: bool = False
+    warmup_batches: int = 1
+    read_latency_s: float = 0.0
+    target_au: float = 0.9
+    find_max: bool = False
+    max_consumers: int | None = None
+    seed: int = 0
+    monitor_interval_s: float = 0.25
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ScanConfig:
+        names = ScanConfig.__dataclass_fields__
+        return ScanConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
+        )
+
+
+@dataclass
+class Plan:
+    """What a config resolves to: batch size, emulated step, the accelerator it stands for."""
+
+    batch_size: int
+    step_s: float = 0.0
+    accelerator: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
 
 
 def parse_passes(text: str) -> tuple[str, ...]:
@@ -40,16 +97,294 @@ def parse_passes(text: str) -> tuple[str, ...]:
     return names
 
 
-def scan(
-    config: ScanConfig,
-    *,
-    progress_start: Callable[[str, int], ProgressFn] | None = None,
-    on_update: Callable[[ScanResult], None] | None = None,
-) -> ScanResult:
-    """Measure ``config.path``. ``on_update`` gets the result after every pass (for saving)."""
-    if config.batch_size < 1:
+def plan(config: ScanConfig) -> Plan:
+    given = [x for x in (config.step_s, config.rate, config.profile) if x is not None]
+    if len(given) > 1:
+        raise FeedbenchError("give one of --step-time, --rate and --profile, not several")
+    if config.batch_size is not None and config.batch_size < 1:
         raise FeedbenchError("--batch-size must be at least 1")
+    if config.profile is not None:
+        prof = get_profile(config.profile)
+        bs = config.batch_size or prof.batch_size
+        acc = prof.as_dict() | {"step_s": prof.step_s(bs), "kind": "profile"}
+        return Plan(bs, prof.step_s(bs), acc)
+    bs = config.batch_size or 64
+    if config.rate is not None:
+        if config.rate <= 0:
+            raise FeedbenchError("--rate must be positive (samples per second per accelerator)")
+        acc = {
+            "kind": "rate",
+            "samples_per_s": config.rate,
+            "step_s": bs / config.rate,
+            "batch_size": bs,
+            "name": f"{config.rate:g} samples/s",
+        }
+        return Plan(bs, bs / config.rate, acc)
+    if config.step_s is not None:
+        if config.step_s <= 0:
+            raise FeedbenchError("--step-time must be positive (seconds per batch)")
+        acc = {
+            "kind": "step",
+            "samples_per_s": bs / config.step_s,
+            "step_s": config.step_s,
+            "batch_size": bs,
+            "name": f"{config.step_s:g} s/step",
+        }
+        return Plan(bs, config.step_s, acc)
+    return Plan(bs)
+
+
+def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
     source, notes = detect(config.path, config.fmt)
+    source.set_options(direct=config.direct, latency_s=config.read_latency_s)
+    return source, notes
+
+
+def _check_direct(source: Source) -> None:
+    from feedbench.sources.local import read_file
+
+    try:
+        read_file(str(source.files()[0]), direct=True)
+    except OSError as e:
+        raise FeedbenchError(
+            f"--direct: O_DIRECT reads fail on this filesystem ({e.strerror or e})"
+        ) from e
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare_cache(name: str, files, drop: bool) -> tuple[CacheState, list[str]]:
+    """Evict before a cold pass (and say how cold it really is); leave the cache for warm."""
+    warnings: list[str] = []
+    if name == "warm":
+        return CacheState("warm", cache.residency(files).fraction), warnings
+    failures = cache.evict(files)
+    if drop and not cache.drop_all_caches():
+        warnings.append("--drop-caches needs root: only per-file eviction was done")
+    resident = cache.residency(files).fraction
+    if resident > 0.05:
+        warnings.append(
+            f"{resident:.0%} of the data stayed in the page cache after eviction "
+            "(this filesystem ignores fadvise?): the cold pass is partly warm; try --drop-caches"
+        )
+    return CacheState("cold", resident, failures), warnings
+
+
+# --- one rank ---------------------------------------------------------------------------------
+
+
+@dataclass
+class RankOutcome:
+    measurement: Measurement
+    errors: list[SampleError]
+    warnings: list[str]
+
+
+def run_rank(
+    rank: int,
+    world: int,
+    local_rank: int,
+    config: ScanConfig,
+    init_method: str,
+    workers: int,
+    on_measurement: Callable[[RankOutcome], None] | None = None,
+) -> None:
+    """One consumer process: every pass × repeat of ``config`` at this world size."""
+    import torch
+    import torch.distributed as tdist
+
+    tdist.init_process_group(
+        "gloo",
+        init_method=init_method,
+        rank=rank,
+        world_size=world,
+        timeout=timedelta(minutes=30),
+    )
+    try:
+        p = plan(config)
+        source, _ = open_source(config)
+        device = None
+        if "transfer" in config.stages and torch.cuda.is_available():
+            device = torch.device("cuda", local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+        steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
+        epoch = 0
+        for pass_name in config.passes:
+            for repeat in range(1, config.repeat + 1):
+                state, warnings = CacheState(pass_name, None), []
+                if local_rank == 0:
+                    state, warnings = prepare_cache(pass_name, source.files(), config.drop_caches)
+                tdist.barrier()
+                monitor = (
+                    _start_monitor(f"{world} consumers, {pass_name}, repeat {repeat}", config)
+                    if rank == 0
+                    else None
+                )
+                units = consumer_units(source, rank, world, seed=config.seed, epoch=epoch)
+                stats, errors = run_consumer(
+                    source,
+                    units,
+                    config.stages,
+                    rank=rank,
+                    batch_size=p.batch_size,
+                    workers=workers,
+                    image_size=config.image_size,
+                    seed=config.seed + epoch,
+                    steps=steps,
+                    device=device,
+                    group=tdist.group.WORLD,
+                )
+                timeline = monitor.stop() if monitor is not None else None
+                gathered: list[Any] | None = [None] * world if rank == 0 else None
+                tdist.gather_object((stats, errors), gathered, dst=0)
+                if rank == 0 and on_measurement is not None:
+                    assert gathered is not None
+                    m = build_measurement(
+                        gathered, world, workers, pass_name, repeat, state, timeline
+                    )
+                    errs = [e for _, es in gathered for e in es]
+                    on_measurement(RankOutcome(m, errs, warnings))
+                epoch += 1
+    finally:
+        with contextlib.suppress(Exception):
+            tdist.destroy_process_group()
+
+
+def _start_monitor(label: str, config: ScanConfig):
+    try:
+        from feedbench.monitor import Monitor
+    except ImportError:  # monitor not available in this build
+        return None
+    m = Monitor(interval_s=config.monitor_interval_s, label=label)
+    m.start()
+    return m
+
+
+def build_measurement(gathered, world, workers, pass_name, repeat, state, timeline) -> Measurement:
+    stats = sorted((s for s, _ in gathered), key=lambda s: s.rank)
+    wall = max(s.wall_s for s in stats)
+    samples = sum(s.samples for s in stats)
+    read_bytes = sum(s.read_bytes for s in stats)
+    files = sum(s.files for s in stats)
+    steady = [s.steady_samples_per_s for s in stats]
+    aus = [s.au for s in stats if s.au is not None]
+    firsts = [s.first_batch_s for s in stats if s.first_batch_s is not None]
+    return Measurement(
+        consumers=world,
+        workers=workers,
+        pass_name=pass_name,
+        repeat=repeat,
+        samples=samples,
+        files=files,
+        read_bytes=read_bytes,
+        errors=sum(s.errors for s in stats),
+        batches=sum(s.batches for s in stats),
+        wall_s=wall,
+        first_batch_s=max(firsts) if firsts else None,
+        samples_per_s=samples / wall if wall > 0 else 0.0,
+        steady_samples_per_s=float(sum(steady)) if all(x is not None for x in steady) else None,
+        mb_per_s=read_bytes / wall / 1e6 if wall > 0 else 0.0,
+        files_per_s=files / wall if wall > 0 else 0.0,
+        stages=merge_stages([s.stages for s in stats]),
+        cache=state,
+        per_consumer=stats,
+        au_mean=float(np.mean(aus)) if aus else None,
+        au_min=float(min(aus)) if aus else None,
+        monitor=timeline,
+    )
+
+
+def _spawned(
+    local_rank: int, world: int, config_dict: dict, init_method: str, workers: int, out_path: str
+) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    outcomes: list[RankOutcome] = []
+
+    def keep(o: RankOutcome) -> None:
+        outcomes.append(o)
+        tmp = out_path + ".tmp"
+        with open(tmp, "wb") as f:
+            pickle.dump(outcomes, f)
+        os.replace(tmp, out_path)
+
+    run_rank(
+        local_rank, world, local_rank, ScanConfig.from_dict(config_dict), init_method, workers, keep
+    )
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a count: what was measured before it is kept."""
+
+
+def run_count(config: ScanConfig, n: int, workers: int) -> list[RankOutcome]:
+    """Spawn ``n`` local consumers, run every pass × repeat, return rank 0's gathered outcomes."""
+    import torch.multiprocessing as mp
+
+    fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
+    os.close(fd)
+    os.unlink(out_path)
+    init = f"tcp://127.0.0.1:{_free_port()}"
+    ctx = mp.start_processes(
+        _spawned,
+        args=(n, config.as_dict(), init, workers, out_path),
+        nprocs=n,
+        join=False,
+        start_method="spawn",
+    )
+    failure: str | None = None
+    interrupted = False
+    try:
+        while not ctx.join(timeout=0.5):
+            pass
+    except KeyboardInterrupt:
+        interrupted = True
+    except mp.ProcessRaisedException as e:
+        failure = f"consumer {e.error_index} failed: {_last_line(str(e))}"
+    except mp.ProcessExitedException as e:
+        failure = f"consumer {e.error_index} died (exit code {e.exit_code})"
+    finally:
+        for proc in ctx.processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in ctx.processes:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+    outcomes: list[RankOutcome] = []
+    if os.path.exists(out_path):
+        with open(out_path, "rb") as f:
+            outcomes = pickle.load(f)
+        os.unlink(out_path)
+    if interrupted:
+        raise Interrupted(outcomes)
+    if failure:
+        raise _CountFailed(failure, outcomes)
+    return outcomes
+
+
+class _CountFailed(FeedbenchError):
+    def __init__(self, message: str, outcomes: list[RankOutcome]) -> None:
+        super().__init__(message)
+        self.outcomes = outcomes
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    last = lines[-1] if lines else text
+    for prefix in ("feedbench.errors.FeedbenchError: ", "FeedbenchError: "):
+        if last.startswith(prefix):
+            return last[len(prefix) :]
+    return last
+
+
+# --- the whole scan -----------------------------------------------------------------------------
+
+
+def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) -> ScanResult:
     dataset = DatasetInfo(
         path=os.path.abspath(config.path),
         format=source.kind,
@@ -57,14 +392,16 @@ def scan(
         bytes=source.total_bytes(),
         samples=source.samples_hint(),
     )
+    cfg = config.as_dict() | {"batch_size": p.batch_size}
     result = ScanResult(
         kind="scan",
         created_utc=now_utc(),
         command=["feedbench", *sys.argv[1:]],
-        config={k: list(v) if isinstance(v, tuple) else v for k, v in asdict(config).items()},
+        config=cfg,
         host=HostInfo.current(),
         dataset=dataset,
-        warnings=list(notes),
+        accelerator=p.accelerator,
+        warnings=list(notes) + p.warnings,
     )
     ram = psutil.virtual_memory().total
     if dataset.bytes < 5 * ram:
@@ -73,61 +410,182 @@ def scan(
             "in training it would stay in the page cache after the first epoch; the cold pass "
             "shows first-epoch speed, the warm pass later epochs"
         )
-    units = range(source.units())
-    for name in config.passes:
-        state = _prepare_cache(name, source.files(), config.drop_caches, result)
-        progress = progress_start(name, dataset.bytes) if progress_start else None
-        outcome = run_pass(
-            source,
-            units,
-            config.stages,
-            name=name,
-            batch_size=config.batch_size,
-            cache=state,
-            image_size=config.image_size,
-            progress=progress,
+    return result
+
+
+def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
+    if config.repeat < 1:
+        raise FeedbenchError("--repeat must be at least 1")
+    if config.workers is not None and config.workers < 0:
+        raise FeedbenchError("--workers must be 0 or more")
+    if config.warmup_batches < 0:
+        raise FeedbenchError("--warmup-batches must be 0 or more")
+    if config.read_latency_s < 0:
+        raise FeedbenchError("--read-latency must be 0 or more")
+    if not 0 < config.target_au <= 1:
+        raise FeedbenchError("--target-au must be within (0, 1]")
+    p = plan(config)
+    if config.find_max and p.step_s <= 0:
+        raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
+    source, notes = open_source(config)
+    if config.direct:
+        _check_direct(source)
+    biggest = max(config.consumers)
+    if source.kind == "shards" and source.units() < biggest:
+        raise FeedbenchError(
+            f"{source.units()} tar shards cannot feed {biggest} consumers: each consumer reads "
+            "whole shards; use fewer consumers or more shards"
         )
-        result.passes.append(outcome.result)
-        result.errors.extend(outcome.errors[: max(0, 20 - len(result.errors))])
-        if outcome.result.partial:
+    return source, notes, p
+
+
+def scan(
+    config: ScanConfig,
+    *,
+    on_update: Callable[[ScanResult], None] | None = None,
+    on_count: Callable[[int, int], None] | None = None,
+) -> ScanResult:
+    """Measure every consumer count (and search for the maximum when asked).
+
+    ``on_update`` gets the result after every count (for saving); ``on_count(n, workers)`` is
+    told when a count starts. Ctrl-C returns the result so far, marked partial.
+    """
+    source, notes, p = validate(config)
+    result = new_result(config, source, notes, p)
+    cores = os.cpu_count() or 1
+    done: dict[int, bool] = {}
+
+    def measure(n: int) -> bool:
+        workers = config.workers if config.workers is not None else default_workers(n, cores)
+        if source.kind == "shards" and workers > 0 and source.units() < n * workers:
+            result.warnings.append(
+                f"{n} consumers × {workers} workers > {source.units()} shards: some workers idle"
+            )
+        if on_count:
+            on_count(n, workers)
+        try:
+            outcomes = run_count(config, n, workers)
+        except Interrupted as e:
+            _absorb(result, e.args[0])
             result.partial = True
-            break
+            raise
+        except _CountFailed as e:
+            _absorb(result, e.outcomes)
+            result.partial = True
+            raise
+        _absorb(result, outcomes)
+        result.curve = curve(result.measurements)
         if on_update:
             on_update(result)
-    if dataset.samples is None and result.passes:
-        p = result.passes[0]
-        dataset.samples = p.samples + p.errors if not p.partial else None
+        point = next(
+            (c for c in result.curve if c.consumers == n and c.pass_name == config.passes[0]), None
+        )
+        ok = point is not None and point.au_mean is not None and point.au_mean >= config.target_au
+        done[n] = ok
+        return ok
+
+    try:
+        for n in config.consumers:
+            measure(n)
+        if config.find_max:
+            limit = config.max_consumers or max_consumers_default(cores)
+            best, tried = find_max(measure, limit=limit, known=done)
+            result.config["find_max_result"] = {
+                "supported_consumers": best,
+                "tried": {str(k): v for k, v in tried.items()},
+                "limit": limit,
+            }
+    except Interrupted:
+        pass
+    except _CountFailed as e:
+        result.curve = curve(result.measurements)
+        _finish(result, config)
+        if on_update:
+            on_update(result)
+        raise FeedbenchError(str(e)) from None
+    result.curve = curve(result.measurements)
+    _finish(result, config)
     return result
+
+
+def _absorb(result: ScanResult, outcomes: list[RankOutcome]) -> None:
+    for o in outcomes:
+        result.measurements.append(o.measurement)
+        room = 20 - len(result.errors)
+        if room > 0:
+            result.errors.extend(o.errors[:room])
+        for w in o.warnings:
+            if w not in result.warnings:
+                result.warnings.append(w)
+
+
+def _finish(result: ScanResult, config: ScanConfig) -> None:
+    from feedbench.verdict import judge
+
+    ds = result.dataset
+    if ds.samples is None and result.measurements:
+        first = result.measurements[0]
+        if first.consumers == 1 and not first.partial:
+            ds.samples = first.samples + first.errors
+    few = [
+        m
+        for m in result.measurements
+        if m.per_consumer and min(c.batches for c in m.per_consumer) < 5
+    ]
+    if few:
+        result.warnings.append(
+            f"{len(few)} measurement(s) had fewer than 5 batches per consumer: rates and AU are "
+            "rough; use a larger dataset or a smaller --batch-size"
+        )
+    result.verdict = judge(result, target_au=config.target_au)
 
 
 def unusable(result: ScanResult) -> str | None:
     """Why a finished scan measured nothing usable (every sample failed), or None."""
-    if result.passes and result.passes[0].samples == 0 and not result.partial:
+    ms = [m for m in result.measurements if not m.partial]
+    if ms and all(m.samples == 0 for m in ms) and not result.partial:
         cfg = result.config
+        e = result.errors[0] if result.errors else None
+        example = f"{os.path.basename(e.key)}: {e.message}" if e else "none recorded"
         return (
             f"no sample of {cfg['path']} could be read through {','.join(cfg['stages'])}: "
-            f"{result.passes[0].errors} errors, e.g. {_first_error(result)}"
+            f"{ms[0].errors} errors, e.g. {example}"
         )
     return None
 
 
-def _first_error(result: ScanResult) -> str:
-    if not result.errors:
-        return "none recorded"
-    e = result.errors[0]
-    return f"{os.path.basename(e.key)}: {e.message}"
+def run_under_torchrun(
+    config: ScanConfig, on_update: Callable[[ScanResult], None] | None = None
+) -> ScanResult | None:
+    """This process is one rank started by torchrun; rank 0 returns the result, others None."""
+    from loaders.dist import discover
 
+    d = discover()
+    if d.world_size < 1 or "MASTER_ADDR" not in os.environ:
+        raise FeedbenchError("python -m feedbench.consumer must be started by torchrun")
+    config.consumers = (d.world_size,)
+    source, notes, p = validate(config)
+    result = new_result(config, source, notes, p) if d.rank == 0 else None
+    cores = os.cpu_count() or 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size))
+    workers = config.workers if config.workers is not None else default_workers(local, cores)
 
-def _prepare_cache(name: str, files, drop: bool, result: ScanResult) -> CacheState:
-    if name == "warm":
-        return CacheState("warm", cache.residency(files).fraction)
-    failures = cache.evict(files)
-    if drop and not cache.drop_all_caches():
-        result.warnings.append("--drop-caches needs root: only per-file eviction was done")
-    resident = cache.residency(files).fraction
-    if resident > 0.05:
-        result.warnings.append(
-            f"{resident:.0%} of the data stayed in the page cache after eviction "
-            "(this filesystem ignores fadvise?): the cold pass is partly warm; try --drop-caches"
-        )
-    return CacheState("cold", resident, failures)
+    def keep(o: RankOutcome) -> None:
+        assert result is not None
+        _absorb(result, [o])
+        result.curve = curve(result.measurements)
+        if on_update:
+            on_update(result)
+
+    t0 = time.perf_counter()
+    run_rank(
+        d.rank, d.world_size, d.local_rank, config, "env://", workers, keep if d.rank == 0 else None
+    )
+    if result is not None:
+        result.config["torchrun"] = {
+            "world_size": d.world_size,
+            "local_world_size": local,
+            "elapsed_s": time.perf_counter() - t0,
+        }
+        _finish(result, config)
+    return result

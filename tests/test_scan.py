@@ -19,14 +19,14 @@ def _stage(p, name):
 
 @pytest.mark.parametrize("layout", ["images", "shards"])
 def test_stage_timing_on_a_small_dataset(dataset, layout):
-    r = scan(ScanConfig(str(dataset / layout), stages=STAGES[:4], batch_size=5))
-    (p,) = r.passes
+    r = scan(ScanConfig(str(dataset / layout), stages=STAGES[:4], batch_size=5, workers=1))
+    (p,) = r.measurements
     assert p.samples == 24 and p.errors == 0 and not p.partial
     assert p.batches == 5  # 4 full batches of 5 and one of 4
     for name in ("read", "decode", "augment", "collate"):
         s = _stage(p, name)
         assert s.samples == 24 and s.busy_s > 0 and s.samples_per_s > 0
-    # stages run one after another in one process: their busy time fits inside the wall time
+    # one worker runs the stages one after another: their busy time fits inside the wall time
     assert sum(s.busy_s for s in p.stages if s.available) <= p.wall_s
     assert abs(sum(s.share for s in p.stages) - 1) < 1e-9
     # measured bytes: every byte of the dataset's files, once
@@ -45,7 +45,7 @@ def test_transfer_unavailable_without_cuda(dataset):
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present: transfer is measured, see the gpu tests")
     r = scan(ScanConfig(str(dataset / "images"), stages=STAGES, batch_size=8))
-    t = _stage(r.passes[0], "transfer")
+    t = _stage(r.measurements[0], "transfer")
     assert not t.available and t.note == "no CUDA device"
 
 
@@ -57,7 +57,7 @@ def test_cold_pass_is_cold_and_warm_pass_is_warm(dataset):
     if cache.residency(files).fraction < 0.99:
         pytest.skip("this filesystem does not keep read files in the page cache")
     r = scan(ScanConfig(str(dataset / "images"), stages=("read",), passes=("cold", "warm")))
-    cold, warm = r.passes
+    cold, warm = r.measurements
     assert cold.cache.mode == "cold" and cold.cache.resident_before == 0.0
     assert warm.cache.mode == "warm" and warm.cache.resident_before > 0.99
 
@@ -81,46 +81,33 @@ def test_results_round_trip(dataset, tmp_path):
     back = res.load(path)
     assert back == r
     raw = json.loads(path.read_text())
-    assert raw["schema_version"] == res.SCHEMA_VERSION and raw["kind"] == "scan"
+    assert raw["schema_version"] == res.SCHEMA_VERSION == 2 and raw["kind"] == "scan"
     assert not [p for p in path.parent.iterdir() if p.name.endswith(".tmp")]
 
 
 def test_results_file_contract_keys(dataset, tmp_path):
     """The JSON keys other tools read. Changing them needs a schema_version bump."""
-    r = scan(ScanConfig(str(dataset / "images"), stages=("read",)))
+    r = scan(ScanConfig(str(dataset / "images"), stages=("read",), consumers=(1, 2)))
     res.save(r, tmp_path / "r.json")
     raw = json.loads((tmp_path / "r.json").read_text())
     assert set(raw) >= {
-        "schema_version",
-        "tool_version",
-        "kind",
-        "created_utc",
-        "command",
-        "config",
-        "host",
-        "dataset",
-        "passes",
-        "errors",
-        "warnings",
+        "schema_version", "tool_version", "kind", "created_utc", "command", "config", "host",
+        "dataset", "measurements", "curve", "accelerator", "verdict", "errors", "warnings",
         "partial",
-    }
-    p = raw["passes"][0]
+    }  # fmt: skip
+    p = raw["measurements"][0]
     assert set(p) >= {
-        "name",
-        "consumers",
-        "samples",
-        "files",
-        "read_bytes",
-        "errors",
-        "wall_s",
-        "first_batch_s",
-        "samples_per_s",
-        "steady_samples_per_s",
-        "mb_per_s",
-        "files_per_s",
-        "stages",
-        "cache",
-    }
+        "consumers", "workers", "pass_name", "repeat", "samples", "files", "read_bytes", "errors",
+        "wall_s", "first_batch_s", "samples_per_s", "steady_samples_per_s", "mb_per_s",
+        "files_per_s", "stages", "cache", "per_consumer", "au_mean", "au_min", "monitor",
+    }  # fmt: skip
+    assert set(raw["curve"][0]) >= {
+        "consumers", "pass_name", "repeats", "samples_per_s_mean", "samples_per_s_std", "cv",
+        "efficiency", "au_mean", "au_min", "rate_basis",
+    }  # fmt: skip
+    assert set(p["per_consumer"][0]) >= {
+        "rank", "samples", "data_wait_s", "sync_wait_s", "step_s", "au", "data_wait",
+    }  # fmt: skip
     assert set(p["stages"][0]) >= {"name", "samples", "busy_s", "in_bytes", "samples_per_s"}
 
 
@@ -141,12 +128,13 @@ def test_load_rejects_other_files(tmp_path):
 
 def test_cli_scan_prints_table_and_writes_results(cli, dataset, tmp_path):
     out = tmp_path / "r.json"
-    r = cli("scan", str(dataset / "images"), "--batch-size", "8", "--json", str(out))
+    r = cli("scan", str(dataset / "images"), "--batch-size", "8", "--json", str(out), "--no-plots")
     assert r.code == 0, r.err
     for name in ("read", "decode", "augment", "pipeline"):
         assert name in r.out
     loaded = res.load(out)
-    assert all(s.samples_per_s > 0 for s in loaded.passes[0].stages)
+    assert all(s.samples_per_s > 0 for s in loaded.measurements[0].stages)
+    assert loaded.verdict is not None and loaded.verdict.bound in STAGES
 
 
 def _one_line_error(r, code=2):
@@ -177,7 +165,7 @@ def test_cli_skips_corrupt_and_zero_byte_files_and_leaves_data_alone(cli, datase
     out = tmp_path / "r.json"
     r = cli("scan", str(tree), "-b", "8", "--json", str(out))
     assert r.code == 0, r.err
-    p = res.load(out).passes[0]
+    p = res.load(out).measurements[0]
     assert p.samples == 24 - 1 and p.errors == 3
     skipped = {(e.key.rsplit("/", 1)[1], e.stage) for e in res.load(out).errors}
     assert ("empty.jpg", "read") in skipped
@@ -197,7 +185,8 @@ def test_cli_truncated_shard_is_reported_and_scan_completes(cli, dataset_copy, t
     r = cli("scan", str(dataset_copy / "shards"), "--json", str(out))
     assert r.code == 0, r.err
     loaded = res.load(out)
-    assert loaded.passes[0].samples == 18 + 2  # three whole shards + two samples before the cut
+    # three whole shards, and the two samples before the cut
+    assert loaded.measurements[0].samples == 18 + 2
     assert any("truncated" in e.message for e in loaded.errors)
     assert "truncated" in r.out
 
@@ -210,7 +199,7 @@ def test_cli_all_bad_writes_results_then_fails(cli, tmp_path):
     out = tmp_path / "r.json"
     line = _one_line_error(cli("scan", str(tmp_path / "bad"), "--json", str(out)))
     assert "no sample" in line and "3 errors" in line
-    assert res.load(out).passes[0].errors == 3
+    assert res.load(out).measurements[0].errors == 3
 
 
 def test_entry_point_error_has_no_traceback(tmp_path):

@@ -26,6 +26,11 @@ class Source(ABC):
 
     kind: str  # "tree" or "shards"
     root: str
+    direct: bool = False  # read with O_DIRECT (no page cache)
+    latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
+
+    def set_options(self, *, direct: bool = False, latency_s: float = 0.0) -> None:
+        self.direct, self.latency_s = direct, latency_s
 
     @abstractmethod
     def units(self) -> int:
