@@ -11,10 +11,14 @@ import typer
 from rich.console import Console
 from rich.progress import (
     BarColumn,
+    DownloadColumn,
     MofNCompleteColumn,
     Progress,
+    TaskID,
     TextColumn,
+    TimeElapsedColumn,
     TimeRemainingColumn,
+    TransferSpeedColumn,
 )
 
 from feedbench import __version__
@@ -251,16 +255,34 @@ def scan(
         seed,
     )
     target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
-    status = err.status("starting consumers…")
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+    task: list[TaskID] = []
 
-    def on_count(n: int, w: int) -> None:
-        status.update(
-            f"measuring {n} consumer{'s' if n != 1 else ''} × {w} workers "
-            f"({', '.join(config.passes)}, repeats: {config.repeat})…"
+    def on_count(n: int, w: int, total_bytes: int) -> None:
+        if task:
+            bar.update(task[-1], visible=False)
+        what = f"{n} consumer{'s' if n != 1 else ''} × {w} workers, {'+'.join(config.passes)}"
+        task.append(bar.add_task(what, total=total_bytes))
+
+    def on_progress(nbytes: int) -> None:
+        if task:
+            bar.update(task[-1], completed=nbytes)
+
+    with bar:
+        result = run_scan(
+            config,
+            on_update=lambda r: res.save(r, target),
+            on_count=on_count,
+            on_progress=on_progress,
         )
-
-    with status:
-        result = run_scan(config, on_update=lambda r: res.save(r, target), on_count=on_count)
     _write_outputs(result, target, plots)
     problem = unusable(result)
     if problem:

@@ -15,7 +15,7 @@ runs one rank under torchrun (see :func:`feedbench.run.run_under_torchrun`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -187,6 +187,7 @@ def run_consumer(
     steps: StepOptions | None = None,
     device: torch.device | None = None,
     group: Any = None,
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[ConsumerStats, list[SampleError]]:
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
 
@@ -266,6 +267,8 @@ def run_consumer(
         for key, stage, msg in times.error_list:
             if len(errors) < KEEP_ERRORS:
                 errors.append(SampleError(key, stage, msg))
+        if progress is not None:
+            progress(times.read_bytes)
         if times.samples == 0:
             continue  # a worker's tail with only errors: not a batch
         batches += 1

@@ -192,6 +192,7 @@ def run_rank(
     init_method: str,
     workers: int,
     on_measurement: Callable[[RankOutcome], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> None:
     """One consumer process: every pass × repeat of ``config`` at this world size."""
     import torch
@@ -237,6 +238,7 @@ def run_rank(
                     steps=steps,
                     device=device,
                     group=tdist.group.WORLD,
+                    progress=progress,
                 )
                 timeline = monitor.stop() if monitor is not None else None
                 gathered: list[Any] | None = [None] * world if rank == 0 else None
@@ -299,7 +301,13 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
 
 
 def _spawned(
-    local_rank: int, world: int, config_dict: dict, init_method: str, workers: int, out_path: str
+    local_rank: int,
+    world: int,
+    config_dict: dict,
+    init_method: str,
+    workers: int,
+    out_path: str,
+    done_bytes: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     outcomes: list[RankOutcome] = []
@@ -311,8 +319,18 @@ def _spawned(
             pickle.dump(outcomes, f)
         os.replace(tmp, out_path)
 
+    def progress(nbytes: int) -> None:
+        done_bytes[local_rank] += nbytes  # one writer per slot: no lock needed
+
     run_rank(
-        local_rank, world, local_rank, ScanConfig.from_dict(config_dict), init_method, workers, keep
+        local_rank,
+        world,
+        local_rank,
+        ScanConfig.from_dict(config_dict),
+        init_method,
+        workers,
+        keep,
+        progress,
     )
 
 
@@ -320,9 +338,21 @@ class Interrupted(Exception):
     """Ctrl-C during a count: what was measured before it is kept."""
 
 
-def run_count(config: ScanConfig, n: int, workers: int) -> list[RankOutcome]:
-    """Spawn ``n`` local consumers, run every pass × repeat, return rank 0's gathered outcomes."""
+def run_count(
+    config: ScanConfig,
+    n: int,
+    workers: int,
+    on_progress: Callable[[int], None] | None = None,
+) -> list[RankOutcome]:
+    """Spawn ``n`` local consumers, run every pass × repeat, return rank 0's gathered outcomes.
+
+    ``on_progress(bytes read so far, all consumers)`` is called about twice a second.
+    """
+    import multiprocessing
+
     import torch.multiprocessing as mp
+
+    done_bytes = multiprocessing.get_context("spawn").Array("q", n, lock=False)
 
     fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
     os.close(fd)
@@ -330,7 +360,7 @@ def run_count(config: ScanConfig, n: int, workers: int) -> list[RankOutcome]:
     init = f"tcp://127.0.0.1:{_free_port()}"
     ctx = mp.start_processes(
         _spawned,
-        args=(n, config.as_dict(), init, workers, out_path),
+        args=(n, config.as_dict(), init, workers, out_path, done_bytes),
         nprocs=n,
         join=False,
         start_method="spawn",
@@ -339,7 +369,8 @@ def run_count(config: ScanConfig, n: int, workers: int) -> list[RankOutcome]:
     interrupted = False
     try:
         while not ctx.join(timeout=0.5):
-            pass
+            if on_progress is not None:
+                on_progress(sum(done_bytes))
     except KeyboardInterrupt:
         interrupted = True
     except mp.ProcessRaisedException as e:
@@ -443,12 +474,14 @@ def scan(
     config: ScanConfig,
     *,
     on_update: Callable[[ScanResult], None] | None = None,
-    on_count: Callable[[int, int], None] | None = None,
+    on_count: Callable[[int, int, int], None] | None = None,
+    on_progress: Callable[[int], None] | None = None,
 ) -> ScanResult:
     """Measure every consumer count (and search for the maximum when asked).
 
-    ``on_update`` gets the result after every count (for saving); ``on_count(n, workers)`` is
-    told when a count starts. Ctrl-C returns the result so far, marked partial.
+    ``on_update`` gets the result after every count (for saving); ``on_count(n, workers, bytes)``
+    is told when a count starts and ``on_progress(bytes)`` as it goes. Ctrl-C returns the
+    result so far, marked partial.
     """
     source, notes, p = validate(config)
     result = new_result(config, source, notes, p)
@@ -461,10 +494,10 @@ def scan(
             result.warnings.append(
                 f"{n} consumers × {workers} workers > {source.units()} shards: some workers idle"
             )
-        if on_count:
-            on_count(n, workers)
+        if on_count:  # (consumers, workers, bytes the count will read, about)
+            on_count(n, workers, result.dataset.bytes * len(config.passes) * config.repeat)
         try:
-            outcomes = run_count(config, n, workers)
+            outcomes = run_count(config, n, workers, on_progress)
         except Interrupted as e:
             _absorb(result, e.args[0])
             result.partial = True
