@@ -206,11 +206,11 @@ def test_fast_data_is_accelerator_bound_and_find_max(dataset):
         passes=("warm",),
     )
     r = scan(cfg)
-    assert r.accelerator["samples_per_s"] == 100.0 and r.accelerator["step_s"] == 0.04
+    assert r.accelerator["samples_per_s"] == 25.0 and r.accelerator["step_s"] == 0.16
     fm = r.config["find_max_result"]
     assert fm["tried"] == {"1": True, "2": True} and fm["supported_consumers"] == 2
     assert r.verdict.bound == "accelerator" and r.verdict.supported_consumers == 2
-    assert r.verdict.feeds_accelerators == pytest.approx(r.curve[-1].samples_per_s_mean / 100)
+    assert r.verdict.feeds_accelerators == pytest.approx(r.curve[-1].samples_per_s_mean / 25)
 
 
 # --- bad input with several consumers ------------------------------------------------------------
