@@ -200,7 +200,7 @@ def test_fast_data_is_accelerator_bound_and_find_max(dataset):
         stages=("read",),
         batch_size=4,
         workers=0,
-        rate=100.0,
+        rate=25.0,
         find_max=True,
         max_consumers=2,
         passes=("warm",),
