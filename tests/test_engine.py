@@ -80,12 +80,12 @@ def test_au_on_a_source_with_known_delay(dataset):
     (m,) = scan(cfg).measurements
     c = m.per_consumer[0]
     assert c.batches == 6
-    assert 0.39 <= c.au <= 0.55, c  # 40 / (40 + 40 + read time)
+    assert 0.3 <= c.au <= 0.5, c  # 40 / (40 + 40 + read time): at most one half
     assert c.data_wait.p50_s >= 0.040
     # two workers prefetch while the step runs: 40 ms of loading per worker and batch, halved
     cfg.workers = 2
     (m2,) = scan(cfg).measurements
-    assert m2.per_consumer[0].au > 0.8, m2.per_consumer[0]
+    assert m2.per_consumer[0].au > 0.75, m2.per_consumer[0]
 
 
 def test_synchronous_steps_make_fast_consumers_wait(dataset):
