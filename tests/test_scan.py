@@ -213,3 +213,12 @@ def test_entry_point_error_has_no_traceback(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("error: no such file or directory")
     assert "Traceback" not in proc.stderr
+
+
+def test_warm_pass_warms_the_cache_first(dataset):
+    files = [str(p) for p in sorted((dataset / "shards").glob("*.tar"))]
+    cache.evict(files)
+    assert cache.residency(files).fraction == 0.0
+    r = scan(ScanConfig(str(dataset / "shards"), stages=("read",), passes=("warm",)))
+    assert r.measurements[0].cache.mode == "warm"
+    assert r.measurements[0].cache.resident_before > 0.99
