@@ -254,7 +254,11 @@ def scaling_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | Non
                 linestyle=style,
                 color=_STAGE_COLORS.get(stage, "tab:gray"),
             )
-        ax_stage.set_yscale("log")
+        values = [v for by_n in stages.values() for v in by_n.values() if v > 0]
+        if values and max(values) > 20 * min(values):  # log only where rates span decades
+            ax_stage.set_yscale("log")
+        else:
+            ax_stage.set_ylim(bottom=0)
         ax_stage.set_ylabel("samples per busy second\n(one worker, per stage)")
         ax_stage.set_title("Each stage's own rate (samples / time spent in it)", fontsize=9)
         ax_stage.grid(True, which="both", alpha=0.3)
