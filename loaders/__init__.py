@@ -1,8 +1,115 @@
 """Drop-in training loaders that keep DDP fed. Imports torch; never imports feedbench.
 
-Available now: rank / world discovery and DistributedSampler-exact sharding (:mod:`loaders.dist`).
+``build_loader(source, backend, batch_size, ...)`` returns an iterable of ``(images, labels)``:
+images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
+CPU; the same ``len()`` on every rank; a new order every epoch (``set_epoch``, or automatically).
+Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,
+:mod:`loaders.dali_backend`) and ``"wds"`` (WebDataset, :mod:`loaders.wds_backend`). The length and
+padding rule shared by all three is in :mod:`loaders.base`.
 """
 
-from loaders.dist import DistInfo, discover, shard_indices
+from __future__ import annotations
 
-__all__ = ["DistInfo", "discover", "shard_indices"]
+import os
+
+import torch
+
+from loaders.base import LoaderBase, resolve_device
+from loaders.dist import DistInfo, discover, shard_indices
+from loaders.errors import LoaderError, MissingDependencyError
+from loaders.source import SampleIndex, Skipped, open_source
+from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD, denormalize, resolve_dtype
+
+BACKENDS = ("torch", "dali", "wds")
+
+__all__ = [
+    "BACKENDS",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "DistInfo",
+    "LoaderBase",
+    "LoaderError",
+    "MissingDependencyError",
+    "SampleIndex",
+    "Skipped",
+    "build_loader",
+    "denormalize",
+    "default_workers",
+    "discover",
+    "open_source",
+    "shard_indices",
+]
+
+
+def default_workers(local_world_size: int) -> int:
+    """This rank's share of the CPU cores it may run on (at least 1)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores // max(1, local_world_size))
+
+
+def build_loader(
+    source: str | os.PathLike[str] | SampleIndex,
+    backend: str = "torch",
+    batch_size: int = 256,
+    *,
+    train: bool = True,
+    image_size: int = 224,
+    rank: int | None = None,
+    world_size: int | None = None,
+    local_rank: int | None = None,
+    seed: int = 0,
+    workers: int | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype = "float32",
+    channels_last: bool = False,
+    drop_last: bool = False,
+    return_keys: bool = False,
+    source_format: str = "auto",
+    **options,
+) -> LoaderBase:
+    """A loader over ``source`` for this rank. See the module docstring; per backend options:
+
+    * all: ``prefetch`` (batches per worker, torch/wds; pipeline depth, dali),
+    * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
+      ``multiprocessing_context``,
+    * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
+    * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder).
+
+    ``workers`` is DataLoader worker processes (torch, wds) or DALI CPU threads; by default this
+    rank's share of the cores. ``rank`` / ``world_size`` / ``local_rank`` come from the arguments,
+    else torchrun's environment, else torch.distributed (:func:`loaders.dist.discover`).
+    ``return_keys=True`` yields ``(images, labels, keys)``; keys are sample indices into
+    ``loader.index``.
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    info = discover(rank, world_size, local_rank)
+    index = source if isinstance(source, SampleIndex) else open_source(source, source_format)
+    common = dict(
+        train=train,
+        image_size=image_size,
+        seed=seed,
+        device=resolve_device(device, info.local_rank),
+        dtype=resolve_dtype(dtype),
+        channels_last=channels_last,
+        drop_last=drop_last,
+        return_keys=return_keys,
+    )
+    if workers is None:
+        workers = default_workers(info.local_world_size)
+    if workers < 0:
+        raise ValueError(f"workers must be ≥ 0, got {workers}")
+    if backend == "torch":
+        from loaders.torch_backend import TorchLoader
+
+        return TorchLoader(index, info, batch_size, workers=workers, **options, **common)
+    if backend == "wds":
+        from loaders.wds_backend import WdsLoader
+
+        return WdsLoader(index, info, batch_size, workers=workers, **options, **common)
+    from loaders.dali_backend import DaliLoader
+
+    return DaliLoader(index, info, batch_size, workers=workers, **options, **common)

@@ -1,0 +1,382 @@
+"""The DALI backend: GPU (nvJPEG + hardware decoder) or CPU pipelines for image trees and shards.
+
+Reader: ``fn.readers.file`` (tree; the file list is made once and handed over as ``files``, with the
+sample index as the "label" so every batch also carries its keys) or ``fn.readers.webdataset``
+(shards; index files are written once from our own listing, so DALI does not re-scan the tars).
+Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size, ``pad_last_batch=True``,
+``random_shuffle`` with a buffer of ``shuffle_buffer`` samples, and a new order every epoch: the
+file reader walks to the next shard each epoch (``stick_to_shard=False``), the webdataset reader
+re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``).
+
+Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop area 0.08–1, ratio 3/4–4/3)
+or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the hardware JPEG
+decoder for ``hw_decoder_load`` of the images), ``fn.resize`` to the output size (antialiased
+linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW, or HWC when
+``channels_last``). Without a GPU (or with ``device="cpu"``) the same graph runs on the CPU
+(``device_id=None``), which is how the tests run it.
+
+**Equal lengths.** DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
+of ``N / W`` samples. The iterator uses ``reader_name`` with ``LastBatchPolicy.FILL`` on a padded
+reader, so every rank gets ``ceil(ceil(N/W) / B)`` full batches, each shard padded by repeating
+its last sample. (``PARTIAL`` is not used: when the shard sizes differ, it hands the smaller shard
+an EMPTY last batch.) This loader then trims the last batch so that every rank yields exactly
+``ceil(N/W)`` samples: its own shard, plus one repeat of its last sample where its shard is the
+shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as DistributedSampler.
+
+Batches live in DALI's output buffers, which it reuses: use (or copy) a batch before asking for the
+next one, as a training step does.
+
+Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch (e.g. to
+resume) rebuilds the pipeline seeded by ``(seed, e)``: the order is again a pure function of
+``(seed, e, rank)``.
+
+Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
+it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
+the CPU (in parallel) and names it. Listing-time problems (non-image files in a tree, samples with
+no label, truncated shards) are skipped and counted as for every backend.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from loaders.base import LoaderBase
+from loaders.decode import CpuDecoder, DecodeError
+from loaders.errors import LoaderError, require_dali
+from loaders.source import SampleIndex, split_member_name
+from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
+
+READER = "Reader"
+LABEL_DIGITS = 12  # .cls members longer than this are not labels
+HW_DECODER_LOAD = 0.65  # DALI's default share for the A100/H100 hardware JPEG decoder
+
+
+def _pipe_seed(seed: int, rank: int, epoch: int) -> int:
+    return (seed * 1_000_003 + rank * 7919 + epoch * 104_729 + 1) % (2**31 - 1)
+
+
+def write_dali_indexes(index: SampleIndex, folder: str) -> list[str]:
+    """DALI webdataset index files (format v1.2) for our listing: only the usable samples."""
+    assert index.shard_of is not None and index.names is not None
+    assert index.offset is not None and index.size is not None
+    assert index.label_offset is not None and index.label_size is not None
+    paths = []
+    for s in range(len(index.shards)):
+        rows = np.flatnonzero(index.shard_of == s)
+        lines = [f"v1.2 {len(rows)}"]
+        for i in rows:
+            name = index.names[int(i)]
+            key, ext = split_member_name(name)
+            lines.append(
+                f"{ext} {index.offset[i]} {index.size[i]} {name} "
+                f"cls {index.label_offset[i]} {index.label_size[i]} {key}.cls"
+            )
+        path = os.path.join(folder, f"{s:06d}.idx")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        paths.append(path)
+    return paths
+
+
+def parse_labels(digits: torch.Tensor) -> torch.Tensor:
+    """ASCII decimal labels, zero-padded on the right (B×K uint8) → int64 labels, on device."""
+    d = digits.to(torch.int64) - 48
+    valid = (d >= 0) & (d <= 9)
+    # only the leading run of digits counts ("12\n" → 12)
+    run = torch.cumprod(valid.to(torch.int64), dim=1)
+    length = run.sum(dim=1, keepdim=True)
+    pos = torch.arange(d.shape[1], device=d.device).unsqueeze(0)
+    power = (length - 1 - pos).clamp(min=0)
+    return (d.clamp(min=0) * run * torch.pow(10, power)).sum(dim=1)
+
+
+class DaliLoader(LoaderBase):
+    """NVIDIA DALI backend; see the module docstring for the pipeline and the length rule."""
+
+    backend = "dali"
+
+    def __init__(
+        self,
+        index: SampleIndex,
+        info,
+        batch_size: int,
+        *,
+        workers: int,
+        prefetch: int = 2,
+        shuffle_buffer: int = 4096,
+        hw_decoder_load: float = HW_DECODER_LOAD,
+        **common,
+    ) -> None:
+        require_dali()
+        super().__init__(index, info, batch_size, **common)
+        self.num_threads = max(1, workers)
+        self.workers = self.num_threads  # DALI CPU threads
+        self.prefetch = prefetch
+        self.shuffle_buffer = shuffle_buffer
+        self.hw_decoder_load = hw_decoder_load
+        self.gpu = self.device.type == "cuda"
+        self._tmp: tempfile.TemporaryDirectory | None = None
+        self._index_paths: list[str] = []
+        if index.kind == "shards":
+            self._tmp = tempfile.TemporaryDirectory(prefix="loaders-dali-idx-")
+            self._index_paths = write_dali_indexes(index, self._tmp.name)
+            self._key_of: dict[tuple[str, str], int] | None = None
+        else:
+            # one fixed, seeded order of the list: shards hold every class whatever the tree order
+            self._order = np.random.default_rng([self.seed, 0xF11E]).permutation(len(index))
+        self._class_of = torch.from_numpy(index.labels).to(self.device)
+        self._iterator = None
+        self._dali_epoch = 0  # the epoch DALI's reader will produce next
+        self._midway = False  # an epoch was left before its end: DALI cannot reset there
+
+    # --- the pipeline -------------------------------------------------------------------------
+    def _build(self, epoch: int) -> None:
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
+
+        info, size = self.info, self.image_size
+        decode_device = "mixed" if self.gpu else "cpu"
+        reader_args = dict(
+            shard_id=info.rank,  # the GLOBAL rank: the local rank only picks the GPU
+            num_shards=info.world_size,
+            pad_last_batch=True,
+            random_shuffle=self.train,
+            initial_fill=max(1, self.shuffle_buffer),
+            prefetch_queue_depth=self.prefetch,
+            name=READER,
+        )
+        index = self.index
+        gpu_args = {}
+        if self.gpu:
+            gpu_args = dict(
+                hw_decoder_load=self.hw_decoder_load,
+                preallocate_width_hint=5980,
+                preallocate_height_hint=6430,
+                device_memory_padding=211_025_920,
+                host_memory_padding=140_544_512,
+            )
+
+        @pipeline_def(
+            batch_size=self.batch_size,
+            num_threads=self.num_threads,
+            device_id=self.device.index if self.gpu else None,
+            seed=_pipe_seed(self.seed, info.rank, epoch),
+            prefetch_queue_depth=self.prefetch,
+        )
+        def pipeline():
+            if index.kind == "tree":
+                assert index.paths is not None
+                files = [index.paths[int(i)] for i in self._order]
+                jpegs, keys = fn.readers.file(
+                    files=files,
+                    labels=[int(i) for i in self._order],
+                    stick_to_shard=False,
+                    **reader_args,
+                )
+                extra = keys
+            else:
+                jpegs, cls = fn.readers.webdataset(
+                    paths=index.shards,
+                    index_paths=self._index_paths,
+                    ext=["jpg;jpeg;png;webp", "cls"],
+                    missing_component_behavior="error",
+                    shuffle_after_epoch=self.train,
+                    shuffle_after_epoch_seed=self.seed % (2**31 - 1),
+                    **reader_args,
+                )
+                extra = fn.pad(
+                    fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape"),
+                    fill_value=0,
+                    shape=[LABEL_DIGITS],
+                )
+            if self.train:
+                images = fn.decoders.image_random_crop(
+                    jpegs,
+                    device=decode_device,
+                    output_type=types.RGB,
+                    random_area=[0.08, 1.0],
+                    random_aspect_ratio=[3 / 4, 4 / 3],
+                    num_attempts=100,
+                    **gpu_args,
+                )
+                images = fn.resize(
+                    images,
+                    resize_x=size,
+                    resize_y=size,
+                    interp_type=types.INTERP_LINEAR,
+                    antialias=True,
+                )
+                mirror = fn.random.coin_flip(probability=0.5)
+            else:
+                images = fn.decoders.image(
+                    jpegs, device=decode_device, output_type=types.RGB, **gpu_args
+                )
+                images = fn.resize(
+                    images,
+                    resize_shorter=round(size / 0.875),
+                    interp_type=types.INTERP_LINEAR,
+                    antialias=True,
+                )
+                mirror = 0
+            images = fn.crop_mirror_normalize(
+                images,
+                dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,
+                output_layout="HWC" if self.channels_last else "CHW",
+                crop=(size, size),
+                mean=[m * 255.0 for m in IMAGENET_MEAN],
+                std=[s * 255.0 for s in IMAGENET_STD],
+                mirror=mirror,
+            )
+            outputs = [images, extra]
+            if self.return_keys and index.kind == "shards":
+                info_bytes = fn.get_property(jpegs, key="source_info")
+                outputs.append(fn.pad(info_bytes, fill_value=0, shape=[1024]))
+            return tuple(outputs)
+
+        self.close()
+        pipe = pipeline()
+        names = ["images", "extra"]
+        if self.return_keys and index.kind == "shards":
+            names.append("source")
+        try:
+            self._iterator = DALIGenericIterator(
+                [pipe],
+                names,
+                reader_name=READER,
+                last_batch_policy=LastBatchPolicy.FILL,
+                auto_reset=True,
+            )
+        except RuntimeError as e:
+            raise self._diagnose(e) from None
+        self._dali_epoch = epoch
+        self.shard_id = int(pipe.reader_meta(READER)["shard_id"])
+
+    # --- one epoch ----------------------------------------------------------------------------
+    def _epoch_batches(self, epoch: int):
+        if self._iterator is None or epoch != self._dali_epoch or self._midway:
+            self._build(epoch)
+        assert self._iterator is not None
+        remaining = self.samples_per_rank
+        finished = False
+        self._midway = True
+        try:
+            for data in self._iterator:
+                out = data[0]
+                n = min(self.batch_size, remaining)
+                remaining -= n
+                if n == 0 or (self.drop_last and n < self.batch_size):
+                    continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
+                yield self._outputs(out, n)
+            finished = True
+        except RuntimeError as e:
+            self._iterator = None
+            raise self._diagnose(e) from None
+        finally:
+            if finished:
+                self._dali_epoch = epoch + 1
+                self._midway = False
+            else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
+                self._iterator = None
+
+    def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        images = out["images"][:n]
+        extra = out["extra"][:n]
+        if images.device != self.device:
+            images = images.to(self.device, non_blocking=True)
+            extra = extra.to(self.device, non_blocking=True)
+        if self.channels_last:
+            images = images.permute(0, 3, 1, 2)  # NHWC memory = NCHW channels_last
+        if images.dtype != self.dtype:
+            images = images.to(self.dtype)
+        if self.index.kind == "tree":
+            keys = extra.reshape(-1).to(torch.int64)
+            labels = self._class_of[keys]
+            keys = keys.cpu()
+        else:
+            labels = parse_labels(extra)
+            keys = self._shard_keys(out["source"][:n]) if "source" in out else torch.empty(0)
+        return images, labels.to(self.device, non_blocking=True), keys
+
+    def _shard_keys(self, source: torch.Tensor) -> torch.Tensor:
+        if self._key_of is None:
+            ix = self.index
+            assert ix.names is not None and ix.shard_of is not None
+            self._key_of = {
+                (ix.shards[int(ix.shard_of[i])], ix.names[i]): i for i in range(len(ix))
+            }
+        keys = []
+        for row in source.cpu().numpy():
+            text = row.tobytes().rstrip(b"\0").decode()
+            tar, _, rest = text.rpartition(":")
+            tar = tar.rpartition(":")[0] if re.fullmatch(r".*:\d+", tar) else tar
+            keys.append(self._key_of.get((tar, rest), -1))
+        return torch.tensor(keys, dtype=torch.int64)
+
+    # --- errors -------------------------------------------------------------------------------
+    def _diagnose(self, error: Exception) -> LoaderError:
+        """DALI's multi-line error → one line naming the file (found by checking on the CPU)."""
+        text = str(error)
+        m = re.search(
+            r"(?:File mapping failed|Failed to open file|Failed to read file)[^/]*(/\S+)", text
+        )
+        if m:
+            path = m.group(1).rstrip(".,;'\"")
+            why = (
+                "zero-byte file"
+                if os.path.isfile(path) and os.path.getsize(path) == 0
+                else ("cannot read the file")
+            )
+            return LoaderError(f"cannot read {path}: {why} (the DALI backend stops on bad files)")
+        bad = self.find_undecodable()
+        if bad is not None:
+            where, why = bad
+            return LoaderError(
+                f"cannot decode {where}: {why} (the DALI backend stops on undecodable images: "
+                "remove or replace the file)"
+            )
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        detail = next(
+            (ln for ln in lines if "failure" in ln or "rror" in ln[:40]), lines[-1] if lines else ""
+        )
+        return LoaderError(f"DALI pipeline failed on rank {self.info.rank}: {detail}")
+
+    def find_undecodable(self, threads: int | None = None) -> tuple[str, str] | None:
+        """The first sample (in listing order) that the CPU decoder cannot decode, and why."""
+        checker = CpuDecoder(size=8, train=False)
+        scratch = np.empty((8, 8, 3), np.uint8)
+        index = self.index
+
+        def check(i: int) -> str | None:
+            try:
+                data = index.read(i)
+                checker.decode_into(data, scratch.copy(), np.random.default_rng(0))
+            except (OSError, DecodeError) as e:
+                return str(e) or type(e).__name__
+            return None
+
+        n = len(index)
+        step = 4096
+        with ThreadPoolExecutor(max_workers=threads or self.num_threads) as pool:
+            for start in range(0, n, step):
+                for i, why in zip(
+                    range(start, min(n, start + step)),
+                    pool.map(check, range(start, min(n, start + step))),
+                    strict=True,
+                ):
+                    if why is not None:
+                        return index.describe(i), why
+        return None
+
+    def close(self) -> None:
+        self._iterator = None  # DALI frees the pipeline with the iterator
+
+    def __del__(self) -> None:
+        tmp = getattr(self, "_tmp", None)
+        if tmp is not None:
+            tmp.cleanup()

@@ -1,0 +1,204 @@
+"""The tuned torch backend: map-style dataset, DistributedSampler, DataLoader, CUDA-stream prefetch.
+
+* Sharding is torch's own ``DistributedSampler`` (``set_epoch`` every epoch, from the main process,
+  so persistent workers see it): every rank gets ``ceil(N / W)`` indices of a permutation seeded by
+  ``seed + epoch``; the ``W·ceil(N/W) − N`` padding samples repeat the start of that permutation.
+* The dataset is map-style over numpy arrays (paths in one byte buffer, labels, shard offsets), so
+  workers do not grow by copy-on-read of Python objects.
+* A worker builds a whole batch (``__getitems__``): it decodes each image the fast way
+  (:class:`loaders.decode.CpuDecoder`: crop first, DCT-scaled decode, uint8 resize) straight into a
+  uint8 N×H×W×3 tensor allocated in shared memory, so handing it to the main process copies nothing.
+  Augmentation randomness comes from ``(seed, epoch, rank, batch)``: the same whatever the number
+  of workers.
+* The DataLoader pins batches (``pin_memory``), keeps workers alive (``persistent_workers``) and
+  prefetches ``prefetch`` batches per worker; :class:`loaders.prefetch.DevicePrefetcher` copies the
+  next batch with ``non_blocking`` on a side stream and normalises it on the GPU.
+
+Bad input: skipped and counted. A file that cannot be read or decoded (corrupt, zero bytes, not an
+image) is left out of its batch, which is then smaller by one; it is listed in ``loader.skipped``.
+The number of batches never changes, so ranks stay equal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+from torch.utils.data.distributed import DistributedSampler
+
+from loaders.base import LoaderBase
+from loaders.decode import CpuDecoder, DecodeError
+from loaders.prefetch import DevicePrefetcher
+from loaders.source import SampleIndex, Skipped
+
+
+class _EpochBatchSampler:
+    """DistributedSampler indices in batches, each tagged ``(epoch, batch number, indices)``."""
+
+    def __init__(self, n, rank, world, batch_size, *, shuffle, seed, drop_last) -> None:
+        self.sampler = DistributedSampler(
+            range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
+        )
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.sampler.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        n = len(self.sampler)
+        return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+    def __iter__(self):
+        idx = np.fromiter(iter(self.sampler), dtype=np.int64)
+        for b in range(len(self)):
+            yield (self.epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
+
+
+def _as_is(batch):
+    return batch
+
+
+def _new_uint8(shape: tuple[int, ...], pin: bool) -> torch.Tensor:
+    """A uint8 tensor in shared memory inside a worker (no copy on the way out), else pinned."""
+    if get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(math.prod(shape))
+        return torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    return torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
+
+
+class ImageDataset(Dataset):
+    """Map-style: ``__getitems__((epoch, batch, indices))`` → one decoded uint8 batch."""
+
+    def __init__(
+        self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False
+    ) -> None:
+        self.index = index
+        self.decoder = decoder
+        self.seed = seed
+        self.rank = rank
+        self.pin = pin
+        self._fds: dict[int, int] = {}
+        self._pid = -1
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def __getitem__(self, i: int):
+        images, labels, keys, _ = self.__getitems__((0, 0, np.array([i])))
+        return images[0], labels[0]
+
+    def _read(self, i: int) -> bytes:
+        ix = self.index
+        if ix.kind == "tree":
+            assert ix.paths is not None
+            with open(ix.paths[i], "rb") as f:
+                return f.read()
+        if self._pid != os.getpid():  # descriptors are per process (workers fork or spawn)
+            self._fds, self._pid = {}, os.getpid()
+        assert ix.shard_of is not None and ix.size is not None and ix.offset is not None
+        s = int(ix.shard_of[i])
+        fd = self._fds.get(s)
+        if fd is None:
+            fd = self._fds[s] = os.open(ix.shards[s], os.O_RDONLY)
+        return os.pread(fd, int(ix.size[i]), int(ix.offset[i]))
+
+    def __getitems__(self, request):
+        epoch, batch, indices = request
+        size = self.decoder.size
+        rng = np.random.default_rng([self.seed, epoch, self.rank, batch])
+        images = _new_uint8((len(indices), size, size, 3), self.pin)
+        out = images.numpy()
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+        for i in indices:
+            i = int(i)
+            try:
+                data = self._read(i)
+                self.decoder.decode_into(data, out[len(keep)], rng)
+            except (OSError, DecodeError) as e:
+                skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
+                continue
+            keep.append(i)
+        keys = torch.tensor(keep, dtype=torch.int64)
+        labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
+        return images[: len(keep)], labels, keys, skipped
+
+
+def _worker_init(_: int) -> None:
+    try:
+        import cv2
+
+        cv2.setNumThreads(1)
+    except ImportError:
+        pass
+
+
+class TorchLoader(LoaderBase):
+    """torch DataLoader backend; see the module docstring for what it does and guarantees."""
+
+    backend = "torch"
+
+    def __init__(
+        self,
+        index: SampleIndex,
+        info,
+        batch_size: int,
+        *,
+        workers: int,
+        prefetch: int = 4,
+        decoder: str = "auto",
+        multiprocessing_context=None,
+        **common,
+    ) -> None:
+        super().__init__(index, info, batch_size, **common)
+        self.workers = workers
+        pin = self.device.type == "cuda"
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.dataset = ImageDataset(index, self.decoder, self.seed, info.rank, pin=pin)
+        self.batch_sampler = _EpochBatchSampler(
+            len(index),
+            info.rank,
+            info.world_size,
+            batch_size,
+            shuffle=self.train,
+            seed=self.seed,
+            drop_last=self.drop_last,
+        )
+        kwargs = {}
+        if workers > 0:
+            kwargs = dict(
+                persistent_workers=True,
+                prefetch_factor=prefetch,
+                worker_init_fn=_worker_init,
+                multiprocessing_context=multiprocessing_context,
+            )
+        self.dataloader = DataLoader(
+            self.dataset,
+            batch_sampler=self.batch_sampler,
+            num_workers=workers,
+            collate_fn=_as_is,
+            pin_memory=pin and workers > 0,
+            **kwargs,
+        )
+
+    def _host_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        for images, labels, keys, skipped in self.dataloader:
+            self._record_skipped(skipped)
+            yield images, labels, keys
+
+    def _epoch_batches(self, epoch: int):
+        self.batch_sampler.set_epoch(epoch)
+        yield from DevicePrefetcher(self._host_batches(), self.device, self.normalize)
+
+    def close(self) -> None:
+        it = getattr(self.dataloader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.dataloader._iterator = None

@@ -1,0 +1,315 @@
+"""The WebDataset backend: whole shards per rank and per worker, equal batch counts by padding.
+
+Per epoch ``e`` every process computes the same plan from the shared seed (no communication):
+
+1. the shard order is a permutation seeded by ``(seed, e)`` — the same on every rank;
+2. split by node: rank ``r`` of ``W`` takes shards ``order[r::W]``; split by worker: worker ``w`` of
+   ``K`` takes ``mine[w::K]`` (``webdataset.split_by_node`` / ``split_by_worker`` semantics,
+   but with the rank this loader was given — arguments win — instead of re-reading the environment);
+3. each worker streams its shards with webdataset's tar reader (sequential reads), shuffles
+   samples in a buffer of ``shuffle_buffer / K`` raw samples, decodes with
+   :class:`loaders.decode.CpuDecoder` and sends uint8 chunks of one batch to the main process,
+   which re-batches the workers' partial tails.
+
+**Equal batch counts, by padding by repeating.** Whole shards cannot split ``N`` samples evenly, so
+every rank yields the same fixed number of samples every epoch,
+``S = the sum of the ceil(num_shards / W) largest shards`` (the most any rank can be dealt), in
+``ceil(S / B)`` batches (``S // B`` with ``drop_last``). A rank whose shards hold fewer samples
+makes up the difference by repeating its own shards' samples (its workers start their shards over),
+so every sample is seen at least once per epoch and exactly ``W·S − N`` samples are repeats. With
+shards of equal size and a shard count divisible by ``W`` there is no padding at all. There must be
+at least ``W × K`` shards (every worker of every rank needs one), else :class:`LoaderError` says so.
+
+The epoch reaches persistent workers through a shared-memory tensor set before each iteration.
+
+Bad input: skipped and counted (``loader.skipped``). A sample that cannot be decoded is dropped and
+its worker reads one more (repeating if it must), so counts stay exact; samples that listing found
+unusable (no label, no image, truncated shard tail) are never yielded.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from loaders.base import LoaderBase
+from loaders.decode import CpuDecoder, DecodeError
+from loaders.errors import LoaderError
+from loaders.prefetch import DevicePrefetcher
+from loaders.source import SHARD_IMAGE_EXTS, SampleIndex, Skipped, split_member_name
+from loaders.torch_backend import _new_uint8, _worker_init
+
+
+def split_by_node(src, rank: int, world_size: int):
+    """Every ``world_size``-th item from ``rank`` (webdataset.split_by_node, explicit rank)."""
+    return list(src)[rank::world_size]
+
+
+def split_by_worker(src, worker: int, num_workers: int):
+    """Every ``num_workers``-th item from ``worker`` (webdataset.split_by_worker, explicit id)."""
+    return list(src)[worker::num_workers]
+
+
+def shard_order(num_shards: int, seed: int, epoch: int) -> np.ndarray:
+    """The epoch's shard order: the same on every rank and worker (a shared seed, no messages)."""
+    return np.random.default_rng([seed, epoch, 0x5EED]).permutation(num_shards)
+
+
+def fixed_samples_per_rank(per_shard: np.ndarray, world_size: int) -> int:
+    """The most samples whole-shard splitting can deal one rank: the fixed epoch length."""
+    k = math.ceil(len(per_shard) / world_size)
+    return int(np.sort(per_shard)[::-1][:k].sum())
+
+
+def worker_quotas(per_shard, order, rank, world_size, num_workers, samples_per_rank):
+    """``[(shards, quota)]`` per worker of ``rank``: its shards and how many samples it yields."""
+    mine = split_by_node(order, rank, world_size)
+    shards = [split_by_worker(mine, w, num_workers) for w in range(num_workers)]
+    natural = [int(per_shard[s].sum()) if len(s) else 0 for s in shards]
+    pad = samples_per_rank - sum(natural)
+    return [
+        (s, n + pad // num_workers + (1 if w < pad % num_workers else 0))
+        for w, (s, n) in enumerate(zip(shards, natural, strict=True))
+    ]
+
+
+class ShardStream(IterableDataset):
+    """Iterable dataset: in each worker, its shards of this epoch as uint8 chunks of one batch."""
+
+    def __init__(
+        self,
+        index: SampleIndex,
+        decoder: CpuDecoder,
+        *,
+        rank: int,
+        world_size: int,
+        seed: int,
+        samples_per_rank: int,
+        chunk: int,
+        shuffle: bool,
+        shuffle_buffer: int,
+        pin: bool,
+    ) -> None:
+        self.index = index
+        self.decoder = decoder
+        self.rank = rank
+        self.world_size = world_size
+        self.seed = seed
+        self.samples_per_rank = samples_per_rank
+        self.chunk = chunk
+        self.shuffle = shuffle
+        self.shuffle_buffer = shuffle_buffer
+        self.pin = pin
+        self.epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.per_shard = index.samples_per_shard()
+        self.first = np.concatenate([[0], np.cumsum(self.per_shard)]).astype(np.int64)
+        self.truncated = {
+            s.path.rsplit(":", 1)[0] for s in index.skipped if "truncated" in s.reason
+        }
+
+    def _keys(self, shard: int) -> dict[str, int]:
+        assert self.index.names is not None
+        a, b = int(self.first[shard]), int(self.first[shard + 1])
+        return {split_member_name(self.index.names[i])[0]: i for i in range(a, b)}
+
+    def _samples(
+        self, shards, epoch, worker, skipped: list[Skipped]
+    ) -> Iterator[tuple[int, bytes]]:
+        """``(index, image bytes)`` of ``shards``, in order, forever (each pass = a new cycle)."""
+        import webdataset as wds
+
+        current = [""]  # the shard being read (the reader pulls urls one shard at a time)
+
+        def tracked(urls):
+            for url in urls:
+                current[0] = url
+                yield {"url": url}
+
+        def handler(exn: Exception) -> bool:
+            if current[0] not in self.truncated:  # listing already counted a truncated shard
+                why = str(exn.args[0]).split(" @ ")[0] if exn.args else type(exn).__name__
+                skipped.append(Skipped(current[0], f"tar read error: {why}"))
+            return True  # skip the rest of that shard, go on
+
+        for cycle in range(1 << 30):
+            found = 0
+            urls = [self.index.shards[s] for s in shards]
+            keys = {self.index.shards[s]: self._keys(s) for s in shards}
+            raw = wds.tariterators.tarfile_samples(tracked(urls), handler=handler)
+            if self.shuffle:
+                rng = random.Random(hash((self.seed, epoch, self.rank, worker, cycle)))
+                per_worker = max(1, self.shuffle_buffer)
+                raw = wds.shuffle(per_worker, min(per_worker, 100), rng=rng)(raw)
+            for sample in raw:
+                i = keys.get(sample.get("__url__"), {}).get(sample["__key__"])
+                img = next((sample[e] for e in SHARD_IMAGE_EXTS if e in sample), None)
+                if i is None or img is None:
+                    continue  # listing already counted it (no label / no image / cut off)
+                found += 1
+                yield i, img
+            if found == 0:
+                names = ", ".join(self.index.shards[s] for s in shards[:3])
+                raise LoaderError(f"no readable samples in shards {names}")
+
+    def __iter__(self):
+        epoch = int(self.epoch[0])
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        order = (
+            shard_order(len(self.index.shards), self.seed, epoch)
+            if self.shuffle
+            else (np.arange(len(self.index.shards)))
+        )
+        shards, quota = worker_quotas(
+            self.per_shard, order, self.rank, self.world_size, num_workers, self.samples_per_rank
+        )[worker]
+        shards = [int(s) for s in shards]
+        if quota <= 0:
+            return
+        rng = np.random.default_rng([self.seed, epoch, self.rank, worker, 0xA06])
+        size = self.decoder.size
+        skipped: list[Skipped] = []
+        done = 0
+        samples = self._samples(shards, epoch, worker, skipped)
+        while done < quota:
+            n = min(self.chunk, quota - done)
+            images = _new_uint8((n, size, size, 3), self.pin)
+            out = images.numpy()
+            keys = np.empty(n, dtype=np.int64)
+            got = 0
+            while got < n:
+                i, data = next(samples)
+                try:
+                    self.decoder.decode_into(data, out[got], rng)
+                except DecodeError as e:
+                    skipped.append(Skipped(self.index.describe(i), str(e)))
+                    continue
+                keys[got] = i
+                got += 1
+            done += n
+            labels = torch.from_numpy(self.index.labels[keys])
+            yield images, labels, torch.from_numpy(keys), skipped
+            skipped = []
+
+
+def rebatch(chunks, batch_size: int, drop_last: bool, pin: bool):
+    """Chunks of ≤ one batch → batches of exactly ``batch_size`` (the last may be smaller)."""
+    pending: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    count = 0
+    for images, labels, keys in chunks:
+        if len(images) == batch_size:
+            yield images, labels, keys
+            continue
+        pending.append((images, labels, keys))
+        count += len(images)
+        while count >= batch_size:
+            yield _take(pending, batch_size, pin)
+            count -= batch_size
+    if count and not drop_last:
+        yield _take(pending, count, pin)
+
+
+def _take(pending, n: int, pin: bool):
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    need = n
+    while need:
+        images, labels, keys = pending[0]
+        if len(images) <= need:
+            parts.append(pending.pop(0))
+            need -= len(images)
+        else:
+            parts.append((images[:need], labels[:need], keys[:need]))
+            pending[0] = (images[need:], labels[need:], keys[need:])
+            need = 0
+    first = parts[0][0]
+    out = torch.empty((n, *first.shape[1:]), dtype=first.dtype, pin_memory=pin)
+    torch.cat([p[0] for p in parts], out=out)
+    return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
+
+
+class WdsLoader(LoaderBase):
+    """WebDataset backend; see the module docstring for the split and the padding rule."""
+
+    backend = "wds"
+
+    def __init__(
+        self,
+        index: SampleIndex,
+        info,
+        batch_size: int,
+        *,
+        workers: int,
+        prefetch: int = 2,
+        shuffle_buffer: int = 4096,
+        decoder: str = "auto",
+        multiprocessing_context=None,
+        **common,
+    ) -> None:
+        super().__init__(index, info, batch_size, **common)
+        if index.kind != "shards":
+            raise LoaderError(
+                "the wds backend reads WebDataset shards; for an image tree use backend='torch' "
+                "or 'dali' (or write shards: feedbench sample writes both)"
+            )
+        per_shard = index.samples_per_shard()
+        readers = info.world_size * max(1, workers)
+        if len(index.shards) < readers:
+            raise LoaderError(
+                f"{len(index.shards)} shards cannot feed {info.world_size} ranks × "
+                f"{max(1, workers)} workers: every worker needs at least one shard "
+                f"(use ≤ {max(1, len(index.shards) // info.world_size)} workers, "
+                f"or reshard into ≥ {readers} shards)"
+            )
+        self.samples_per_rank = fixed_samples_per_rank(per_shard, info.world_size)
+        self.workers = workers
+        pin = self.device.type == "cuda"
+        self.pin = pin
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.dataset = ShardStream(
+            index,
+            self.decoder,
+            rank=info.rank,
+            world_size=info.world_size,
+            seed=self.seed,
+            samples_per_rank=self.samples_per_rank,
+            chunk=batch_size,
+            shuffle=self.train,
+            shuffle_buffer=max(1, shuffle_buffer // max(1, workers)),
+            pin=pin and workers == 0,
+        )
+        kwargs = {}
+        if workers > 0:
+            kwargs = dict(
+                persistent_workers=True,
+                prefetch_factor=prefetch,
+                worker_init_fn=_worker_init,
+                multiprocessing_context=multiprocessing_context,
+            )
+        self.dataloader = DataLoader(
+            self.dataset,
+            batch_size=None,
+            num_workers=workers,
+            pin_memory=pin and workers > 0,
+            **kwargs,
+        )
+
+    def _chunks(self):
+        for images, labels, keys, skipped in self.dataloader:
+            self._record_skipped(skipped)
+            yield images, labels, keys
+
+    def _epoch_batches(self, epoch: int):
+        self.dataset.epoch[0] = epoch  # shared memory: persistent workers read it on iter()
+        batches = rebatch(self._chunks(), self.batch_size, self.drop_last, self.pin)
+        yield from DevicePrefetcher(batches, self.device, self.normalize)
+
+    def close(self) -> None:
+        it = getattr(self.dataloader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.dataloader._iterator = None

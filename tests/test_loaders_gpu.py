@@ -1,0 +1,50 @@
+"""Every backend on a real GPU: batches land on this rank's GPU, normalised, labels attached.
+
+Runs on the device machine (marker ``gpu``); skipped where there is no CUDA.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_loaders import COMBOS, label_mismatches, make_tiny
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_gpu(tmp_path_factory):
+    return make_tiny(tmp_path_factory.mktemp("gpu"), n=300, per_shard=30)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("backend", "kind"), COMBOS, ids=[f"{b}-{k}" for b, k in COMBOS])
+def test_batches_on_the_gpu(tiny_gpu, backend, kind, dtype, channels_last):
+    from loaders import build_loader
+
+    loader = build_loader(
+        tiny_gpu[kind],
+        backend,
+        64,
+        image_size=32,
+        workers=2,
+        dtype=dtype,
+        channels_last=channels_last,
+        return_keys=True,
+    )
+    batches, seen = 0, set()
+    for images, labels, keys in loader:
+        assert images.is_cuda and labels.is_cuda and images.dtype == dtype
+        assert images.shape[1:] == (3, 32, 32)
+        assert images.is_contiguous(
+            memory_format=torch.channels_last if channels_last else torch.contiguous_format
+        )
+        assert label_mismatches(images, labels) == 0
+        seen |= set(keys.tolist())
+        batches += 1
+    assert batches == len(loader) and seen == set(range(300))
+    loader.close()

@@ -1,0 +1,80 @@
+"""Pure functions behind the loaders: padding plans, DCT factors, label parsing, the epoch rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_loaders import make_tiny
+
+from loaders import build_loader
+from loaders.dali_backend import parse_labels
+from loaders.decode import center_crop_box, dct_factor, random_resized_crop_box
+from loaders.wds_backend import fixed_samples_per_rank, shard_order, worker_quotas
+
+
+@pytest.mark.parametrize(
+    ("sizes", "world", "expected"),
+    [
+        ([100] * 10 + [1], 2, 600),  # 11 shards over 2 ranks: 6 shards at most
+        ([100] * 10 + [1], 3, 400),
+        ([50] * 8, 4, 100),  # divisible: no padding
+        ([10, 30, 20], 1, 60),
+    ],
+)
+def test_wds_fixed_epoch_length_and_quotas(sizes, world, expected):
+    per_shard = np.array(sizes)
+    assert fixed_samples_per_rank(per_shard, world) == expected
+    for epoch in range(3):
+        order = shard_order(len(sizes), seed=1, epoch=epoch)
+        dealt = []
+        for rank in range(world):
+            plan = worker_quotas(per_shard, order, rank, world, 2, expected)
+            assert sum(q for _, q in plan) == expected  # every rank: the same sample count
+            for shards, quota in plan:
+                assert quota >= per_shard[list(shards)].sum()  # only padding is added
+                dealt += list(shards)
+        assert sorted(dealt) == list(range(len(sizes)))  # every shard to exactly one worker
+    assert not np.array_equal(shard_order(11, 1, 0), shard_order(11, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("w", "h", "size", "k"), [(300, 300, 224, 1), (448, 500, 224, 2), (1000, 900, 224, 4),
+                              (4000, 3000, 224, 8), (447, 2000, 224, 1)],
+)  # fmt: skip
+def test_dct_factor_keeps_the_crop_at_least_the_output_size(w, h, size, k):
+    assert dct_factor(w, h, size) == k
+    assert min(w, h) / k >= size or k == 1
+
+
+def test_crop_boxes_stay_inside_the_image():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        w, h = int(rng.integers(1, 900)), int(rng.integers(1, 900))
+        x, y, cw, ch = random_resized_crop_box(w, h, rng)
+        assert x >= 0 and y >= 0 and x + cw <= w and y + ch <= h and cw > 0 and ch > 0
+    assert center_crop_box(400, 300, 224) == (69, 19, 262, 262)
+
+
+def test_parse_labels_reads_ascii_decimals():
+    rows = [b"7", b"123", b"42\n", b"0"]
+    digits = torch.zeros((len(rows), 12), dtype=torch.uint8)
+    for i, r in enumerate(rows):
+        digits[i, : len(r)] = torch.tensor(list(r), dtype=torch.uint8)
+    assert parse_labels(digits).tolist() == [7, 123, 42, 0]
+
+
+def test_set_epoch_and_the_automatic_next_epoch(tmp_path):
+    tree = make_tiny(tmp_path, 40, 10)["tree"]
+    kw = dict(image_size=8, workers=0, device="cpu", return_keys=True, seed=3)
+    loader = build_loader(tree, "torch", 16, **kw)
+
+    def order():
+        return [k for _, _, keys in loader for k in keys.tolist()]
+
+    e0, e1 = order(), order()
+    assert loader.epoch == 1 and e0 != e1
+    loader.set_epoch(0)
+    assert order() == e0 and loader.epoch == 0
+    assert len(build_loader(tree, "torch", 16, drop_last=True, **kw)) == 2  # 40 // 16
+    assert len(loader) == 3
