@@ -267,7 +267,9 @@ def scan(
     task: list[TaskID] = []
 
     def on_count(n: int, w: int, total_bytes: int) -> None:
-        if task:
+        if not task:
+            bar.start()  # only once measuring starts: an early error stays one clean line
+        else:
             bar.update(task[-1], visible=False)
         what = f"{n} consumer{'s' if n != 1 else ''} × {w} workers, {'+'.join(config.passes)}"
         task.append(bar.add_task(what, total=total_bytes))
@@ -276,13 +278,16 @@ def scan(
         if task:
             bar.update(task[-1], completed=nbytes)
 
-    with bar:
+    try:
         result = run_scan(
             config,
             on_update=lambda r: res.save(r, target),
             on_count=on_count,
             on_progress=on_progress,
         )
+    finally:
+        if task:
+            bar.stop()
     _write_outputs(result, target, plots)
     problem = unusable(result)
     if problem:
@@ -354,6 +359,130 @@ def torchrun_main() -> None:
     except FeedbenchError as e:
         err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+
+
+@app.command()
+def verify(
+    data: Annotated[
+        str | None,
+        typer.Argument(
+            help="Image tree, tar shards, or a feedbench sample root (images/ + shards/); "
+            "default: sample_data/."
+        ),
+    ] = None,
+    gpus: Annotated[
+        str, typer.Option(help="GPU counts, e.g. 1,2 (CPU processes when there is no GPU).")
+    ] = "1,2",
+    loader: Annotated[
+        str | None,
+        typer.Option(
+            "--loader",
+            "-l",
+            help="baseline (stock DataLoader), dali-example (DALI as in its ResNet-50 example, "
+            "GPU), torch, dali, wds, synthetic (default: baseline + every loader installed).",
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="resnet50, resnet18 or smallcnn (default: resnet50; smallcnn on CPU)."),
+    ] = None,
+    steps: Annotated[
+        int | None, typer.Option(help="Measured steps per run (default 200; 30 on CPU).")
+    ] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Warm-up steps, not measured (default 20; 5 on CPU).")
+    ] = None,
+    batch_size: Annotated[
+        int | None,
+        typer.Option(
+            "--batch-size",
+            "-b",
+            help="Per GPU with --scaling weak; global with strong (default 256; 16 on CPU).",
+        ),
+    ] = None,
+    scaling: Annotated[
+        str,
+        typer.Option(help="weak: fixed batch per GPU; strong: fixed global batch."),
+    ] = "weak",
+    image_size: Annotated[
+        int | None, typer.Option(help="Training resolution (default 224; 64 on CPU).")
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Loader workers per rank (default: each loader's own)."),
+    ] = None,
+    device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
+    synthetic: Annotated[
+        bool, typer.Option(help="Also run synthetic data (on the GPU): the ceiling.")
+    ] = True,
+    target_au: Annotated[
+        float, typer.Option(help="Data-bound when more than 1 − this of a step waits for data.")
+    ] = 0.9,
+    seed: Annotated[int, typer.Option(help="Shuffle, augmentation and model seed.")] = 0,
+    run_timeout: Annotated[
+        float, typer.Option(help="Stop a run after this many seconds.")
+    ] = 1800.0,
+    keep_going: Annotated[
+        bool, typer.Option(help="After a failed run, go on with the others (exit 2 at the end).")
+    ] = False,
+    json_out: Annotated[
+        Path | None,
+        typer.Option("--json", help="Results file (default: results/verify-TIME.json)."),
+    ] = None,
+    plots: Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")] = True,
+    fail_at_step: Annotated[int | None, typer.Option(hidden=True)] = None,
+    fail_rank: Annotated[int | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Train with each loader on 1..N GPUs (DDP, torchrun) and show whether the GPUs stay fed."""
+    from feedbench import verify as v
+    from feedbench import verify_results as vr
+
+    config = v.VerifyConfig(
+        data=data if data is not None else default_data(),
+        gpus=v.parse_gpus(gpus),
+        loaders=v.parse_list(loader, "--loader") if loader is not None else None,
+        synthetic=synthetic,
+        model=model,
+        steps=steps,
+        warmup=warmup,
+        batch_size=batch_size,
+        scaling=scaling,
+        image_size=image_size,
+        workers=workers,
+        device=device,
+        seed=seed,
+        target_au=target_au,
+        run_timeout_s=run_timeout,
+        keep_going=keep_going,
+        fail_at_step=fail_at_step,
+        fail_rank=fail_rank,
+    )
+    target = json_out or Path("results") / time.strftime("verify-%Y%m%d-%H%M%S.json")
+    status = err.status("planning…")
+
+    def on_run(name: str, g: int, i: int, total: int) -> None:
+        status.update(f"run {i + 1}/{total}: {name} on {g}…")
+
+    with status:
+        result = v.verify(
+            config,
+            log_dir=str(target.parent / f"{target.stem}-logs"),
+            on_update=lambda r: vr.save(r, target),
+            on_run=on_run,
+        )
+    vr.save(result, target)
+    vr.render_verify(result, out)
+    out.print(f"results: {target}")
+    if plots and result.runs:
+        written = vr.write_plots(result, target.parent, target.stem)
+        if written:
+            out.print("plots: " + ", ".join(str(p) for p in written))
+    if result.stopped_by == "interrupted":
+        err.print("interrupted: partial results written")
+        raise typer.Exit(130)
+    problem = v.failure(result)
+    if problem:
+        raise FeedbenchError(f"{problem} (partial results in {target})")
 
 
 def main() -> None:

@@ -294,6 +294,8 @@ def load(path: str | os.PathLike[str]) -> ScanResult:
         raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
+    if data.get("kind", "scan") != "scan":
+        raise FeedbenchError(f"{path} holds {data.get('kind')} results, not a scan")
     if data["schema_version"] != SCHEMA_VERSION:
         raise FeedbenchError(
             f"{path} has schema_version {data['schema_version']}; "

@@ -122,9 +122,9 @@ def make_result(au: bool = True, timeline: bool = True, gpus: int = 0, curve: bo
         for r in range(1, REPEATS + 1)
     ]
     return ScanResult(
-        kind="sweep",
+        kind="scan",
         created_utc="2025-01-01T00:00:00+00:00",
-        command=["feedbench", "sweep", "/data/imagenet/train"],
+        command=["feedbench", "scan", "/data/imagenet/train"],
         config={"consumers": list(COUNTS)},
         host=HostInfo("bench-host", "Linux-6.8", "3.11.7", 2, 16 * 2**30, "2.5.0", []),
         dataset=DatasetInfo("/data/imagenet/train", "tree", 1200, 1200 * 110_000, 1200),

@@ -1,0 +1,502 @@
+"""One DDP rank of ``feedbench verify``: train a model on a loader, time every step, write its part.
+
+Started by :mod:`feedbench.verify` through torchrun, never by hand::
+
+    python -m torch.distributed.run --standalone --nproc-per-node G \\
+        -m feedbench.verify_worker --loader baseline --source DATA --out-dir DIR ...
+
+Each rank trains ``warmup + steps`` steps (NCCL on GPUs, gloo on the CPU) and writes its own part
+file ``DIR/rank{R}.json`` (a :class:`~feedbench.verify_results.StepSeries`) at the end of the
+warm-up, every few seconds while it runs, at the end, and on the way out after an error or SIGTERM;
+so when a rank dies the others' steps are still there. How each part of a step is timed:
+:data:`feedbench.verify_results.TIMING`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from feedbench.errors import FeedbenchError
+from feedbench.results import to_dict, write_atomic
+from feedbench.verify_results import StepSeries
+
+MODELS = ("resnet50", "resnet18", "smallcnn")
+FLUSH_EVERY_S = 5.0
+LAG = 2  # GPU: events of step i are read after step i + LAG is queued
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+
+def build_model(name: str, num_classes: int):
+    """torchvision ResNet-50 / ResNet-18 (random weights), or a small CNN for CPU runs."""
+    import torch.nn as nn
+
+    if name in ("resnet50", "resnet18"):
+        import torchvision
+
+        return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+    if name == "smallcnn":
+
+        def block(cin: int, cout: int) -> list[nn.Module]:
+            return [
+                nn.Conv2d(cin, cout, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(cout),
+                nn.ReLU(inplace=True),
+            ]
+
+        return nn.Sequential(
+            *block(3, 32),
+            *block(32, 64),
+            *block(64, 128),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(128, num_classes),
+        )
+    raise FeedbenchError(f"unknown model {name!r}: choose from {', '.join(MODELS)}")
+
+
+# --- clocks ---------------------------------------------------------------------------------------
+
+
+class HostClock:
+    """perf_counter marks (CPU training: everything is synchronous)."""
+
+    lag = 0
+
+    def mark(self) -> float:
+        return time.perf_counter()
+
+    def seconds(self, a: float, b: float) -> float:
+        return b - a
+
+    def wait(self, m: float) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+
+class CudaClock:
+    """CUDA events on the current stream; read ``lag`` steps later so the host can run ahead."""
+
+    lag = LAG
+
+    def __init__(self, device) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+
+    def mark(self):
+        e = self.torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3
+
+    def wait(self, m) -> None:
+        m.synchronize()
+
+    def sync(self) -> None:
+        self.torch.cuda.synchronize(self.device)
+
+
+# --- the DDP comm hook ----------------------------------------------------------------------------
+
+
+@dataclass
+class CommTimer:
+    """State of :func:`timed_allreduce`: one (ready, done) mark pair per bucket, per step."""
+
+    clock: Any
+    world: int
+    group: Any = None
+    marks: list = field(default_factory=list)
+
+    def new_step(self) -> list:
+        self.marks = []
+        return self.marks
+
+
+def timed_allreduce(state: CommTimer, bucket):
+    """DDP's default all-reduce (average), marked when the bucket is ready and when it is reduced.
+
+    The completion mark is taken in the future's callback: on gloo the callback runs when the
+    all-reduce has finished; on NCCL it runs at once on a stream that waits for the all-reduce,
+    so the CUDA event recorded there completes with it.
+    """
+    import torch.distributed as dist
+
+    marks = state.marks
+    ready = state.clock.mark()
+    tensor = bucket.buffer()
+    tensor.div_(state.world)
+    fut = dist.all_reduce(tensor, group=state.group, async_op=True).get_future()
+
+    def done(f):
+        marks.append((ready, state.clock.mark()))
+        return f.value()[0]
+
+    return fut.then(done)
+
+
+def union_length(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -float("inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+# --- one step's marks, and their reading ----------------------------------------------------------
+
+
+@dataclass
+class Marks:
+    step: int
+    epoch: int
+    images: int
+    host_wait_s: float
+    start: Any  # the previous step's end
+    pre: Any  # just before next(loader)
+    data: Any  # batch on the device
+    bwd: Any  # backward done (DDP has waited for every all-reduce)
+    end: Any  # optimizer done
+    comm: list
+
+
+@dataclass
+class StepTimes:
+    step: int
+    epoch: int
+    images: int
+    data_wait_s: float
+    forward_backward_s: float
+    allreduce_s: float
+    optimizer_s: float
+    other_s: float
+    step_s: float
+    allreduce_busy_s: float
+    host_wait_s: float
+    buckets: int
+
+
+def read_marks(m: Marks, clock) -> StepTimes:
+    """Turn one step's marks into seconds (see TIMING in :mod:`feedbench.verify_results`)."""
+    clock.wait(m.end)
+    s = clock.seconds
+    step = s(m.start, m.end)
+    data = s(m.pre, m.data)
+    fb = s(m.data, m.bwd)
+    opt = s(m.bwd, m.end)
+    exposed = busy = 0.0
+    if m.comm:
+        spans = [(s(m.start, a), s(m.start, b)) for a, b in m.comm]
+        last_ready = max(a for a, _ in spans)
+        last_done = max(b for _, b in spans)
+        bwd_end = s(m.start, m.bwd)
+        exposed = min(max(0.0, last_done - last_ready), max(0.0, bwd_end - last_ready), fb)
+        busy = union_length(spans)
+    return StepTimes(
+        step=m.step,
+        epoch=m.epoch,
+        images=m.images,
+        data_wait_s=data,
+        forward_backward_s=fb - exposed,
+        allreduce_s=exposed,
+        optimizer_s=opt,
+        other_s=step - data - fb - opt,
+        step_s=step,
+        allreduce_busy_s=busy,
+        host_wait_s=m.host_wait_s,
+        buckets=len(m.comm),
+    )
+
+
+def append(series: StepSeries, t: StepTimes) -> None:
+    for name in (
+        "step", "epoch", "images", "data_wait_s", "forward_backward_s", "allreduce_s",
+        "optimizer_s", "other_s", "step_s", "allreduce_busy_s", "host_wait_s", "buckets",
+    ):  # fmt: skip
+        getattr(series, name).append(getattr(t, name))
+
+
+# --- the rank -------------------------------------------------------------------------------------
+
+
+class Terminated(SystemExit):
+    """SIGTERM (torchrun stopping the job): leave through ``finally`` so the part is written."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated(128 + signum)
+
+
+def exit_on_sigterm(last_words) -> None:
+    """Leave at once on SIGTERM, even while the main thread is blocked in a collective.
+
+    A Python signal handler runs only when the main thread is back in Python, which a rank stuck in
+    a collective with a dead peer may not be for a long time. So the C-level handler's wake-up
+    byte is watched by a thread, which writes the part file (``last_words``) and exits.
+    """
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # installs the C handler that writes the byte
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            data = os.read(r, 64)
+            if signal.SIGTERM in data:  # other bytes: SIGCHLD from loader workers, and so on
+                with contextlib.suppress(Exception):
+                    last_words()
+                sys.stderr.flush()
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sigterm-exit", daemon=True).start()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m feedbench.verify_worker")
+    p.add_argument("--loader", required=True)
+    p.add_argument("--source", default="")
+    p.add_argument("--model", default="smallcnn")
+    p.add_argument("--batch-size", type=int, required=True, help="per rank")
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--warmup", type=int, default=0)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--workers", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--num-classes", type=int, default=1000)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--synthetic-batches", type=int, default=100)
+    p.add_argument("--out-dir", required=True)
+    p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
+    p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def write_part(path: str, series: StepSeries, done: bool) -> None:
+    write_atomic(path, json.dumps({"done": done, "series": to_dict(series)}) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train and time this rank; 0 when every step is done. A failure ends the process here."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from feedbench.verify_loaders import LIBRARY, make_loader
+
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    part = os.path.join(args.out_dir, f"rank{rank}.json")
+    series = StepSeries(rank=rank)
+    done = False
+    cuda = args.device == "cuda"
+    last_flush = time.monotonic()
+    loader = None
+
+    def last_words() -> None:
+        series.error = series.error or "stopped (SIGTERM)"
+        write_part(part, series, False)
+
+    exit_on_sigterm(last_words)
+    try:
+        if cuda:
+            if not torch.cuda.is_available():
+                raise FeedbenchError("--device cuda, but CUDA is not available to this rank")
+            device = torch.device("cuda", local_rank)
+            torch.cuda.set_device(device)
+            torch.backends.cudnn.benchmark = True
+            clock: Any = CudaClock(device)
+        else:
+            device = torch.device("cpu")
+            clock = HostClock()
+        from datetime import timedelta
+
+        dist.init_process_group(
+            "nccl" if cuda else "gloo",
+            timeout=timedelta(seconds=args.timeout_s),
+            **({"device_id": device} if cuda else {}),
+        )
+        torch.manual_seed(args.seed + rank)
+        dtype = torch.bfloat16 if cuda else torch.float32
+        loader = make_loader(
+            args.loader, args.source, args.batch_size, rank=rank, world_size=world,
+            local_rank=local_rank, image_size=args.image_size, workers=args.workers,
+            seed=args.seed, device=device, num_classes=args.num_classes, dtype=dtype,
+            channels_last=cuda, synthetic_batches=args.synthetic_batches,
+        )  # fmt: skip
+        series.workers = loader.workers
+        series.batches_per_epoch = len(loader)
+        if len(loader) < 1:
+            raise FeedbenchError(
+                f"{args.loader}: no full batch of {args.batch_size} per rank on {world} ranks: "
+                "the dataset is too small"
+            )
+        model = build_model(args.model, args.num_classes)
+        if cuda:
+            model = model.to(device, memory_format=torch.channels_last)
+            ddp = DDP(model, device_ids=[local_rank], output_device=local_rank)
+        else:
+            ddp = DDP(model)
+        comm = CommTimer(clock, world)
+        ddp.register_comm_hook(comm, timed_allreduce)
+        criterion = torch.nn.CrossEntropyLoss()
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+
+        def autocast():
+            if cuda:
+                return torch.autocast("cuda", dtype=torch.bfloat16)
+            return contextlib.nullcontext()
+
+        relabel = args.loader in LIBRARY  # labels from .cls files may exceed num_classes
+
+        epoch, it = 0, None
+
+        def next_batch():
+            nonlocal epoch, it
+            while True:
+                if it is None:
+                    loader.set_epoch(epoch)
+                    it = iter(loader)
+                try:
+                    return next(it)
+                except StopIteration:
+                    it = None
+                    epoch += 1
+
+        def barrier() -> None:
+            clock.sync()
+            if cuda:
+                dist.barrier(device_ids=[local_rank])
+            else:
+                dist.barrier()
+            clock.sync()
+
+        total = args.warmup + args.steps
+        pending: deque[Marks] = deque()
+        t0 = None
+        fail_rank = args.fail_rank if args.fail_rank is not None else world - 1
+        prev_end = clock.mark()
+        for step in range(total):
+            measuring = step >= args.warmup
+            if step == args.warmup:
+                while pending:  # the warm-up's steps: timed, kept apart
+                    series.warmup_step_s.append(read_marks(pending.popleft(), clock).step_s)
+                write_part(part, series, False)
+                barrier()
+                t0 = time.perf_counter()
+                series.window_start_mono = time.monotonic()
+                prev_end = clock.mark()
+            if args.fail_at_step is not None and step == args.fail_at_step and rank == fail_rank:
+                write_part(part, series, False)
+                os._exit(3)  # test-only: die like a crashed worker, without any clean-up
+            start = prev_end
+            pre = clock.mark()
+            h0 = time.perf_counter()
+            images, labels = next_batch()
+            if relabel:
+                labels = labels.long() % args.num_classes
+            host_wait = time.perf_counter() - h0
+            m_data = clock.mark()
+            marks = comm.new_step()
+            with autocast():
+                loss = criterion(ddp(images), labels)
+            loss.backward()
+            m_bwd = clock.mark()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            m_end = clock.mark()
+            prev_end = m_end
+            pending.append(
+                Marks(
+                    step,
+                    epoch,
+                    int(images.shape[0]),
+                    host_wait,
+                    start,
+                    pre,
+                    m_data,
+                    m_bwd,
+                    m_end,
+                    marks,
+                )  # fmt: skip
+            )
+            while len(pending) > clock.lag:
+                m = pending.popleft()
+                t = read_marks(m, clock)
+                if m.step >= args.warmup:
+                    append(series, t)
+                else:
+                    series.warmup_step_s.append(t.step_s)
+            if measuring and time.monotonic() - last_flush > FLUSH_EVERY_S:
+                write_part(part, series, False)
+                last_flush = time.monotonic()
+        clock.sync()
+        if t0 is not None:
+            series.window_s = time.perf_counter() - t0
+            series.window_end_mono = time.monotonic()
+        while pending:
+            m = pending.popleft()
+            t = read_marks(m, clock)
+            if m.step >= args.warmup:
+                append(series, t)
+            else:
+                series.warmup_step_s.append(t.step_s)
+        if cuda:
+            series.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
+        barrier()  # every rank finishes its window before any leaves
+        done = True
+        dist.destroy_process_group()
+        return 0
+    except FeedbenchError as e:
+        series.error = str(e)
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        code = 2
+    except Terminated:
+        series.error = series.error or "stopped (SIGTERM)"
+        code = 143
+    except Exception as e:
+        series.error = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+        traceback.print_exc()
+        code = 1
+    finally:
+        with contextlib.suppress(Exception):
+            write_part(part, series, done)
+        if done and loader is not None:
+            with contextlib.suppress(Exception):
+                loader.close()
+    # a failed rank leaves at once: its peers may be stuck in a collective and its loader's
+    # workers may be gone; torchrun stops the rest of the job (and the workers' process group)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    os.makedirs(args.out_dir, exist_ok=True)
+    sys.exit(run(args))
+
+
+if __name__ == "__main__":
+    main()

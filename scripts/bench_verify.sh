@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# feedbench verify on the GPU machine: real DDP training, 1 → 2 GPUs, every loader, plus the
+# synthetic ceiling (data already on the GPU). The issue's picture (2× H200, NVLink, 32 cores,
+# ResNet-50 bf16, 256 per GPU, 8,192 JPEGs): synthetic 4,603 → 9,190 img/s; DALI as in its own
+# example 4,478 → 7,481 (18% data wait at 2 GPUs); stock DataLoader 2,370 → 2,892 (49% → 65%).
+#
+# Machine: run-tool kind nvidia-h200-x2. From the repository root, one mode per call (each fits the
+# 10-minute limit of one call):
+#
+#   scripts/bench_verify.sh test     # the gpu-marked test (resnet18, tiny data): ~3 min
+#   scripts/bench_verify.sh smoke    # resnet18 at 128 px, 20 steps, every loader: ~3 min
+#   scripts/bench_verify.sh weak     # THE run: resnet50, 256 per GPU, 200 steps: ~7 min
+#   scripts/bench_verify.sh strong   # resnet50, global batch 512 (512 on 1 GPU, 256 each on 2)
+#
+# Environment: PY (python with torch, torchvision, nvidia-dali-cuda130; default python),
+# DATA (default /tmp/feedbench-verify-data, made here on first use: 8,192 ImageNet-like JPEGs in
+# 10 classes as a tree and as 32 tar shards, ~15 s on 32 cores), OUT (results folder; default
+# $OUT when the run tool sets it, else results/). Each mode writes OUT/verify-MODE.json, its PNGs
+# (-scaling, -breakdown) and its torchrun logs (OUT/verify-MODE-logs/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python}
+DATA=${DATA:-/tmp/feedbench-verify-data}
+OUT=${OUT:-results}
+MODE=${1:-weak}
+mkdir -p "$OUT"
+
+if [ "$MODE" = test ]; then
+  exec "$PY" -m pytest -q -m gpu tests/test_verify.py
+fi
+
+if [ ! -f "$DATA/feedbench-sample.json" ]; then
+  "$PY" -m feedbench.cli sample "$DATA" --images 8192 --seed 0 --per-shard 256
+fi
+nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv || true
+nproc
+
+# every loader: baseline = stock DataLoader (PIL, pinned, cores/GPU − 2 workers: 30 and 14);
+# dali-example = DALI wired as in its ResNet-50 example (4 threads); torch, dali, wds = ours.
+LOADERS=baseline,dali-example,torch,dali,wds
+COMMON=(--gpus 1,2 --loader "$LOADERS" --device cuda --keep-going --run-timeout 300)
+
+case "$MODE" in
+  smoke)
+    "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" --model resnet18 --image-size 128 \
+      --batch-size 64 --steps 20 --warmup 5 --json "$OUT/verify-smoke.json"
+    ;;
+  weak)
+    "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" --model resnet50 --batch-size 256 \
+      --scaling weak --steps 200 --warmup 20 --json "$OUT/verify-weak.json"
+    ;;
+  strong)
+    "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" --model resnet50 --batch-size 512 \
+      --scaling strong --steps 200 --warmup 20 --json "$OUT/verify-strong.json"
+    ;;
+  *)
+    echo "usage: $0 test|smoke|weak|strong" >&2
+    exit 2
+    ;;
+esac
