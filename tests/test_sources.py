@@ -87,3 +87,48 @@ def test_truncated_shard_yields_good_samples_then_one_error(dataset_copy):
     assert 1 <= len(good) < 6
     assert len(bad) == 1 and "truncated" in bad[0].error
     assert bad[0].key.endswith("shard-00001.tar")
+
+
+@pytest.mark.parametrize("fmt", ["ustar", "gnu", "pax"])
+def test_tar_walker_matches_tarfile(tmp_path, fmt):
+    """The header walker reads what tarfile writes: long names, pax records, dirs, empty files."""
+    import io
+    import tarfile
+
+    from feedbench.sources.local import _TimedReader, iter_tar
+
+    formats = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
+    long_dir = "d" * 60 + "/" + "e" * 60  # > 100 characters: prefix (ustar) or long name records
+    members = [
+        ("a.jpg", os.urandom(3000)),
+        ("a.cls", b"3"),
+        (f"{long_dir}/b.jpg", os.urandom(700_000)),  # spans buffer refills
+        ("empty.txt", b""),
+        (("ü" * 40 if fmt == "pax" else "c") + ".jpg", os.urandom(10)),
+    ]
+    path = tmp_path / "t.tar"
+    with tarfile.open(path, "w", format=formats[fmt]) as tar:
+        d = tarfile.TarInfo("somedir")
+        d.type = tarfile.DIRTYPE
+        tar.addfile(d)
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    reader = _TimedReader(str(path))
+    got = list(iter_tar(reader))
+    reader.drain()
+    reader.close()
+    assert got == members
+    assert reader.bytes == path.stat().st_size
+
+
+def test_tar_walker_rejects_a_corrupt_header(tmp_path, dataset):
+    from feedbench.sources.local import ShardSource
+
+    data = bytearray((dataset / "shards" / "shard-00000.tar").read_bytes())
+    data[0:5] = b"XXXXX"  # the first member's name: the checksum no longer matches
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    (sample,) = list(ShardSource(str(tmp_path), [str(bad)], [len(data)]).iter_samples([0]))
+    assert "checksum" in sample.error
