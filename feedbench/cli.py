@@ -126,6 +126,7 @@ def _scan_config(
     find_max,
     max_consumers,
     seed,
+    loader=None,
 ):
     from feedbench.run import ScanConfig, parse_passes
     from feedbench.stages import parse_stages
@@ -152,6 +153,7 @@ def _scan_config(
         find_max=find_max,
         max_consumers=max_consumers,
         seed=seed,
+        loader=loader,
     )
 
 
@@ -222,6 +224,10 @@ def scan(
         int, typer.Option(help="Batches per consumer left out of AU and the steady rate.")
     ] = 1,
     seed: Annotated[int, typer.Option(help="Shuffle and augmentation seed.")] = 0,
+    loader: Annotated[
+        str | None,
+        typer.Option(help="Measure a training loader end to end instead: torch, dali or wds."),
+    ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Results file (default: results/scan-TIME.json).")
     ] = None,
@@ -253,6 +259,7 @@ def scan(
         find_max,
         max_consumers,
         seed,
+        loader,
     )
     target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
     bar = Progress(

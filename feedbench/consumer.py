@@ -15,7 +15,7 @@ runs one rank under torchrun (see :func:`feedbench.run.run_under_torchrun`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +188,8 @@ def run_consumer(
     device: torch.device | None = None,
     group: Any = None,
     progress: Callable[[int], None] | None = None,
+    batches: Iterable[tuple[Any, BatchTimes]] | None = None,
+    loader_name: str | None = None,
 ) -> tuple[ConsumerStats, list[SampleError]]:
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
 
@@ -195,17 +197,21 @@ def run_consumer(
     after ``warmup_batches``. A KeyboardInterrupt propagates to the caller.
     """
     steps = steps or StepOptions()
-    if "augment" in stages:
-        st.Augment(image_size)  # import torchvision here once, not in every forked worker
-    dataset = StageStream(source, units, stages, batch_size, image_size, seed)
-    loader = DataLoader(
-        dataset,
-        batch_size=None,
-        num_workers=workers,
-        prefetch_factor=2 if workers > 0 else None,
-        persistent_workers=False,
-        multiprocessing_context="fork" if workers > 0 else None,
-    )
+    if batches is not None:  # a training loader (feedbench scan --loader): timed end to end
+        loader: Iterable[tuple[Any, BatchTimes]] = batches
+        stages = ()
+    else:
+        if "augment" in stages:
+            st.Augment(image_size)  # import torchvision here once, not in every forked worker
+        dataset = StageStream(source, units, stages, batch_size, image_size, seed)
+        loader = DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=workers,
+            prefetch_factor=2 if workers > 0 else None,
+            persistent_workers=False,
+            multiprocessing_context="fork" if workers > 0 else None,
+        )
     do_transfer = "transfer" in stages and device is not None
     sync = steps.sync and steps.step_s > 0 and group is not None
     clocks = {s: _Clock() for s in stages if s in CPU_STAGES}
@@ -305,6 +311,21 @@ def run_consumer(
         _stats(name, c, latencies=read_latencies if name == "read" else None)
         for name, c in clocks.items()
     ]
+    if loader_name is not None:
+        stage_stats.append(
+            StageStats(
+                name=f"loader:{loader_name}",
+                samples=samples,
+                busy_s=wall_s,
+                in_bytes=0,
+                samples_per_s=samples / wall_s if wall_s > 0 else 0.0,
+                mb_per_s=0.0,
+                share=1.0,
+                latency=percentiles(waits),
+                note="end to end: read, decode, augment, collate and copy inside the loader; "
+                "latency = data wait per batch; bytes are not counted inside the loader",
+            )
+        )
     if "transfer" in stages:
         if do_transfer:
             stage_stats.append(_stats("transfer-pinned", pinned))
@@ -336,6 +357,20 @@ def run_consumer(
         au=accelerator_utilisation(step_total, wait_total, sync_total),
     )
     return stats, errors
+
+
+def loader_batches(loader: Iterable[Any]) -> Iterator[tuple[Any, BatchTimes]]:
+    """Adapt a training loader's ``(images, labels)`` batches to the consumer loop.
+
+    A batch on the GPU counts as delivered when its copies have finished (the stream is
+    synchronised), so the data wait includes what training would wait for.
+    """
+    for batch in loader:
+        images = batch[0]
+        if isinstance(images, torch.Tensor) and images.is_cuda:
+            torch.cuda.current_stream(images.device).synchronize()
+        n = int(images.shape[0])
+        yield None, BatchTimes(samples=n)
 
 
 def _stats(name: str, c: _Clock, latencies: Sequence[float] | None = None) -> StageStats:

@@ -161,19 +161,25 @@ def _stage_table(m: Measurement, console: Console) -> None:
             lat,
         )
     table.add_section()
+    end_to_end = any(s.name.startswith("loader:") for s in m.stages)
     table.add_row(
         "[bold]pipeline[/]",
         "",
         f"[bold]{fmt_rate(m.samples_per_s)}[/] total",
-        f"{m.mb_per_s:,.1f} total",
+        "not counted" if end_to_end else f"{m.mb_per_s:,.1f} total",
         fmt_s(m.wall_s),
         "",
     )
     console.print(table)
     console.print(
-        f"  {m.samples:,} samples in {m.batches} batches, {m.files:,} files "
-        f"({fmt_rate(m.files_per_s)} files/s), {fmt_bytes(m.read_bytes)} read; first batch "
-        f"{fmt_s(m.first_batch_s)} (slowest consumer), then {fmt_rate(m.steady_samples_per_s)} "
+        f"  {m.samples:,} samples in {m.batches} batches, "
+        + (
+            "bytes and files not counted inside the loader; first batch "
+            if end_to_end
+            else f"{m.files:,} files ({fmt_rate(m.files_per_s)} files/s), "
+            f"{fmt_bytes(m.read_bytes)} read; first batch "
+        )
+        + f"{fmt_s(m.first_batch_s)} (slowest consumer), then {fmt_rate(m.steady_samples_per_s)} "
         f"samples/s steady; errors skipped: {m.errors}"
     )
 

@@ -67,6 +67,7 @@ class ScanConfig:
     max_consumers: int | None = None
     seed: int = 0
     monitor_interval_s: float = 0.25
+    loader: str | None = None  # measure a loaders backend end to end: torch, dali or wds
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -151,6 +152,23 @@ def _check_direct(source: Source) -> None:
         ) from e
 
 
+def _check_loader(backend: str) -> None:
+    if backend not in ("torch", "dali", "wds"):
+        raise FeedbenchError(f"unknown loader {backend!r}: choose torch, dali or wds")
+    if backend == "dali":
+        try:
+            import nvidia.dali  # noqa: F401
+        except ImportError:
+            raise FeedbenchError(
+                "--loader dali needs NVIDIA DALI: pip install 'feedbench[dali]'"
+            ) from None
+    if backend == "wds":
+        try:
+            import webdataset  # noqa: F401
+        except ImportError:
+            raise FeedbenchError("--loader wds needs webdataset: pip install webdataset") from None
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -218,10 +236,20 @@ def run_rank(
         p = plan(config)
         source, _ = open_source(config)
         device = None
-        if "transfer" in config.stages and torch.cuda.is_available():
+        wants_gpu = "transfer" in config.stages or config.loader is not None
+        if wants_gpu and torch.cuda.is_available():
             device = torch.device("cuda", local_rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
         steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
+        loader = None
+        if config.loader is not None:
+            from loaders import build_loader
+
+            loader = build_loader(
+                config.path, config.loader, p.batch_size, image_size=config.image_size,
+                rank=rank, world_size=world, local_rank=local_rank, seed=config.seed,
+                workers=workers, device=device,
+            )  # fmt: skip
         epoch = 0
         for pass_name in config.passes:
             for repeat in range(1, config.repeat + 1):
@@ -235,6 +263,12 @@ def run_rank(
                     else None
                 )
                 units = consumer_units(source, rank, world, seed=config.seed, epoch=epoch)
+                batches = None
+                if loader is not None:
+                    from feedbench.consumer import loader_batches
+
+                    loader.set_epoch(epoch)
+                    batches = loader_batches(loader)
                 stats, errors = run_consumer(
                     source,
                     units,
@@ -248,6 +282,8 @@ def run_rank(
                     device=device,
                     group=tdist.group.WORLD,
                     progress=progress,
+                    batches=batches,
+                    loader_name=config.loader,
                 )
                 timeline = monitor.stop() if monitor is not None else None
                 gathered: list[Any] | None = [None] * world if rank == 0 else None
@@ -260,6 +296,8 @@ def run_rank(
                     errs = [e for _, es in gathered for e in es]
                     on_measurement(RankOutcome(m, errs, warnings))
                 epoch += 1
+        if loader is not None:
+            loader.close()
     finally:
         with contextlib.suppress(Exception):
             tdist.destroy_process_group()
@@ -465,6 +503,8 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
     if not 0 < config.target_au <= 1:
         raise FeedbenchError("--target-au must be within (0, 1]")
     p = plan(config)
+    if config.loader is not None:
+        _check_loader(config.loader)
     if config.find_max and p.step_s <= 0:
         raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
     source, notes = open_source(config)

@@ -99,6 +99,9 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
         )
         return Verdict("sync", "straggler", text, evidence, supported, feeds)
 
+    backend = result.config.get("loader")
+    if backend:
+        return _loader_verdict(top, backend, busy, cores, evidence, feeding, supported, feeds)
     resource = RESOURCE.get(bound, "cpu")
     reasons = []
     others = total_busy - limiting.busy_s
@@ -121,6 +124,28 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
         reasons.append(f"read p99 {read.latency.p99_s * 1e3:.1f} ms")
     text = f"{bound}-bound ({resource}): " + ", ".join(reasons or [where]) + feeding
     return Verdict(bound, resource, text, evidence, supported, feeds)
+
+
+def _loader_verdict(top, backend, busy, cores, evidence, feeding, supported, feeds) -> Verdict:
+    """A training loader is timed end to end: name the resource from the monitor, not a stage."""
+    gpu = None
+    if top.monitor is not None and top.monitor.samples:
+        utils = [sum(s.gpu_util_percent) / len(s.gpu_util_percent)
+                 for s in top.monitor.samples if s.gpu_util_percent]  # fmt: skip
+        gpu = sum(utils) / len(utils) / 100 if utils else None
+    if busy is not None and busy >= CPU_SATURATED * cores:
+        resource, why = "cpu", f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})"
+    elif gpu is not None and gpu >= 0.9:
+        resource, why = "gpu", f"GPU {gpu:.0%} busy decoding"
+    else:
+        resource = "storage or loader settings"
+        why = "CPU " + (f"{busy / cores:.0%} busy" if busy is not None else "not measured")
+        why += "; try more workers (--workers) or a colder/warmer pass to tell storage apart"
+    wait = top.per_consumer[0].data_wait if top.per_consumer else None
+    if wait is not None:
+        why += f"; data wait p50 {wait.p50_s * 1e3:.1f} ms, p99 {wait.p99_s * 1e3:.1f} ms"
+    text = f"data-bound with the {backend} loader ({resource}): {why}{feeding}"
+    return Verdict("loader", resource, text, evidence, supported, feeds)
 
 
 def _supported(result: ScanResult, target_au: float) -> int | None:

@@ -298,3 +298,29 @@ def test_two_torchrun_agents_on_localhost(dataset, tmp_path):
     assert sorted(c["rank"] for c in m["per_consumer"]) == [0, 1]
     assert r["config"]["torchrun"]["world_size"] == 2
     assert "results:" in outs[0][0] and "results:" not in outs[1][0]  # rank 0 alone reports
+
+
+# --- scan --loader: the training loaders measured end to end ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "layout", "n"),
+    [("torch", "images", 2), ("wds", "shards", 2), ("dali", "images", 1)],
+)
+def test_scan_measures_a_training_loader(dataset, backend, layout, n):
+    cfg = ScanConfig(str(dataset / layout), consumers=(n,), batch_size=4, workers=1,
+                     loader=backend, step_s=0.01)  # fmt: skip
+    r = scan(cfg)
+    (m,) = r.measurements
+    assert m.samples == 24 and m.errors == 0
+    assert len({c.batches for c in m.per_consumer}) == 1  # equal steps on every rank
+    (stage,) = m.stages
+    assert stage.name == f"loader:{backend}" and stage.latency is not None
+    assert all(c.au is not None for c in m.per_consumer)
+    assert r.verdict.bound in ("loader", "accelerator", "sync")
+    assert r.config["loader"] == backend
+
+
+def test_unknown_loader_is_one_clear_error(dataset, cli):
+    r = cli("scan", str(dataset / "images"), "--loader", "ffcv")
+    assert r.code == 2 and r.err.startswith("error: unknown loader 'ffcv'")
