@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import os
-import statistics
 import tempfile
 from collections import defaultdict
 from pathlib import Path
@@ -95,39 +94,10 @@ def _consumer_axis(ax, counts: list[int]) -> None:
 
 
 def curve_points(result: ScanResult) -> list[CurvePoint]:
-    """The result's scaling curve; when it has none (a partial or older run), one computed from
-    its measurements (mean, std, min, max over repeats of each consumers × pass)."""
-    if result.curve:
-        return list(result.curve)
-    groups: dict[tuple[int, str], list[Measurement]] = defaultdict(list)
-    for m in result.measurements:
-        groups[(m.consumers, m.pass_name)].append(m)
-    one = {p: _mean([m.samples_per_s for m in ms]) for (n, p), ms in groups.items() if n == 1}
-    points = []
-    for (n, pass_name), ms in sorted(groups.items()):
-        rates = [m.samples_per_s for m in ms]
-        mean = _mean(rates)
-        std = statistics.stdev(rates) if len(rates) > 1 else 0.0
-        aus = [m.au_mean for m in ms if m.au_mean is not None]
-        mins = [m.au_min for m in ms if m.au_min is not None]
-        base = one.get(pass_name)
-        points.append(
-            CurvePoint(
-                consumers=n,
-                pass_name=pass_name,
-                repeats=len(ms),
-                samples_per_s_mean=mean,
-                samples_per_s_std=std,
-                samples_per_s_min=min(rates),
-                samples_per_s_max=max(rates),
-                cv=std / mean if mean > 0 else 0.0,
-                mb_per_s_mean=_mean([m.mb_per_s for m in ms]),
-                efficiency=mean / (n * base) if base else None,
-                au_mean=_mean(aus) if aus else None,
-                au_min=min(mins) if mins else None,
-            )
-        )
-    return points
+    """The scaling curve; when a result has none (an older run), the one its measurements give."""
+    from feedbench.sweep import curve
+
+    return list(result.curve) if result.curve else curve(result.measurements)
 
 
 def _mean(values: list[float]) -> float:

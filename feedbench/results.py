@@ -278,14 +278,17 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def save(result: ScanResult, path: str | os.PathLike[str]) -> None:
+def save(result: Any, path: str | os.PathLike[str]) -> None:
+    """Write any results dataclass (scan, verify) as JSON, atomically."""
     try:
         write_atomic(path, json.dumps(to_dict(result), indent=2) + "\n")
     except OSError as e:
         raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
 
 
-def load(path: str | os.PathLike[str]) -> ScanResult:
+def load(path: str | os.PathLike[str], kind: str = "scan", cls: type | None = None) -> Any:
+    """Read a results file of ``kind`` into ``cls`` (default: :class:`ScanResult`)."""
+    cls = cls or ScanResult
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError as e:
@@ -294,14 +297,14 @@ def load(path: str | os.PathLike[str]) -> ScanResult:
         raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
-    if data.get("kind", "scan") != "scan":
-        raise FeedbenchError(f"{path} holds {data.get('kind')} results, not a scan")
+    if data.get("kind", "scan") != kind:
+        raise FeedbenchError(f"{path} holds {data.get('kind')!r} results, not {kind} results")
     if data["schema_version"] != SCHEMA_VERSION:
         raise FeedbenchError(
             f"{path} has schema_version {data['schema_version']}; "
             f"this feedbench reads {SCHEMA_VERSION}"
         )
     try:
-        return from_dict(ScanResult, data)
+        return from_dict(cls, data)
     except (TypeError, KeyError, ValueError) as e:
-        raise FeedbenchError(f"{path} does not match the results schema: {e}") from e
+        raise FeedbenchError(f"{path} does not match the {kind} results schema: {e}") from e

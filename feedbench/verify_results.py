@@ -16,15 +16,13 @@ timed on GPU and on CPU is in :data:`TIMING` (and copied into every results file
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from feedbench import __version__
-from feedbench.errors import FeedbenchError
+from feedbench import __version__, results
 from feedbench.results import (
     SCHEMA_VERSION,
     DatasetInfo,
@@ -32,9 +30,6 @@ from feedbench.results import (
     MonitorSample,
     Percentiles,
     Timeline,
-    from_dict,
-    to_dict,
-    write_atomic,
 )
 
 KIND = "verify"
@@ -194,32 +189,11 @@ class VerifyResult:
 
 
 def save(result: VerifyResult, path: str | os.PathLike[str]) -> None:
-    try:
-        write_atomic(path, json.dumps(to_dict(result), indent=1) + "\n")
-    except OSError as e:
-        raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
+    results.save(result, path)
 
 
 def load(path: str | os.PathLike[str]) -> VerifyResult:
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError as e:
-        raise FeedbenchError(f"no such results file: {path}") from e
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
-    if data["schema_version"] != SCHEMA_VERSION:
-        raise FeedbenchError(
-            f"{path} has schema_version {data['schema_version']}; "
-            f"this feedbench reads {SCHEMA_VERSION}"
-        )
-    if data.get("kind") != KIND:
-        raise FeedbenchError(f"{path} holds {data.get('kind')!r} results, not verify results")
-    try:
-        return from_dict(VerifyResult, data)
-    except (TypeError, KeyError, ValueError) as e:
-        raise FeedbenchError(f"{path} does not match the verify results schema: {e}") from e
+    return results.load(path, KIND, VerifyResult)
 
 
 # --- statistics (pure) ----------------------------------------------------------------------------
