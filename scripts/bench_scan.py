@@ -41,6 +41,14 @@ one process) vs ``feedbench scan IMAGES --stages decode --passes warm --workers 
 for N = 1, 2, 4, …, cores (one invocation per N and repeat, interleaved), using each
 measurement's ``steady_samples_per_s`` (the rate after the first batch, summed over consumers).
 efficiency(N) = rate(N) / (N * rate(1)); the goal is >= 0.9 for N <= cores.
+Right after each feedbench run, the parallel plain reference (skip: ``--no-parallel-reference``):
+N spawned processes run the plain loop at once, process k over the files feedbench's consumer k
+decodes, all released by one barrier once Pillow is imported. Its rate is measured the way
+feedbench's is: each process's images after its first 64 (feedbench's batch) over its time after
+them, summed over processes (images / barrier-to-last-finisher is kept too, as
+``makespan_img_per_s``). plain-parallel(N) is what the host gives N independent decoders (shared
+physical cores and all-core clocks included), so feedbench(N) / plain-parallel(N) >= 0.9 says
+feedbench scales as well as the host allows, whatever the host's own efficiency.
 
 Everything goes to ``--out`` (JSON, rewritten after every section) and a Markdown summary is
 printed (and written beside it, ``.md``). Run ``--help`` for the options.
@@ -69,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 READ_CHUNK = 1 << 20  # feedbench.sources.local._READ_CHUNK: feedbench reads with 1 MiB read() calls
+FEEDBENCH_BATCH = 64  # feedbench scan's batch without a profile; its steady rate skips one batch
 GOAL = 0.9
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -691,6 +700,87 @@ def plain_decode(files: list[str]) -> dict[str, Any]:
     return {"img_per_s": len(files) / dt, "wall_s": dt}
 
 
+def _plain_decoder(
+    files: list[str], batch: int, barrier, results, rank: int
+) -> None:  # pragma: no cover - runs in a spawned process
+    """One of N independent plain-Python decoders: the plain loop over its own share.
+
+    Pillow is imported and the file list unpickled before the start barrier, as feedbench's
+    consumers open their source before theirs; the rate is feedbench's steady rate: images after
+    the first ``batch`` over the time after them (``feedbench.consumer.run_consumer`` with
+    ``warmup_batches=1``).
+    """
+    from PIL import Image
+
+    barrier.wait()
+    t_start = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+    t_first_end = t_start if batch <= 0 else None
+    for i, p in enumerate(files, 1):
+        with open(p, "rb") as f:
+            data = f.read()
+        with Image.open(io.BytesIO(data)) as im:
+            im.convert("RGB")
+        if i == batch:
+            t_first_end = time.perf_counter()
+    t_end = time.perf_counter()
+    steady = None
+    if t_first_end is not None and len(files) > batch and t_end > t_first_end:
+        steady = (len(files) - max(batch, 0)) / (t_end - t_first_end)
+    results.put((rank, len(files), t_start, t_first_end, t_end, steady))
+
+
+def plain_parallel_decode(shares: list[list[str]], batch: int) -> dict[str, Any]:
+    """N plain-Python decoders at once, one spawned process per share, released by one barrier.
+
+    ``img_per_s`` is the sum of the per-process steady rates (each over its own window after its
+    first batch), which is how feedbench sums its consumers' steady rates
+    (``run.build_measurement``); ``makespan_img_per_s`` = all images / (barrier to the last
+    finisher) is kept beside it.
+    """
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")  # fresh interpreters, like feedbench's consumer processes
+    barrier = ctx.Barrier(len(shares))
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(target=_plain_decoder, args=(share, batch, barrier, results, k), daemon=True)
+        for k, share in enumerate(shares)
+    ]
+    for proc in procs:
+        proc.start()
+    got = []
+    try:
+        for _ in procs:
+            got.append(results.get(timeout=3600))
+    except Exception as e:  # queue.Empty: a decoder died
+        raise RuntimeError(f"a plain-Python decoder failed: {e!r}") from e
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+    bad = [proc.exitcode for proc in procs if proc.exitcode]
+    if bad:
+        raise RuntimeError(f"plain-Python decoders exited with {bad}")
+    got.sort()
+    images = sum(g[1] for g in got)
+    t0 = min(g[2] for g in got)
+    t1 = max(g[4] for g in got)
+    steady = [g[5] for g in got]
+    have_steady = all(x is not None for x in steady)
+    makespan = images / (t1 - t0) if t1 > t0 else None
+    return {
+        "img_per_s": float(sum(steady)) if have_steady else makespan,
+        "rate_basis": "steady" if have_steady else "makespan",
+        "makespan_img_per_s": makespan,
+        "wall_s": t1 - t0,
+        "per_process_img_per_s": steady,
+        "start_spread_s": max(g[2] for g in got) - t0,
+        "images": images,
+    }
+
+
 def counts_up_to(cores: int) -> list[int]:
     counts, n = [], 1
     while n < cores:
@@ -706,6 +796,10 @@ def decode_section(
 
     One feedbench invocation per (repeat, count), interleaved, so that other load on the machine
     is metered per point and a slow patch spreads over every count instead of sinking one.
+    Unless ``--no-parallel-reference``, each feedbench run is followed by N plain-Python decoders
+    run at once (``plain_parallel_decode``), process k decoding the files feedbench's consumer k
+    decodes: what the host allows N independent decoders, so feedbench(N) / plain-parallel(N)
+    separates feedbench's own scaling from the host's (shared cores, all-core clocks).
     """
     source = open_layout(images, "tree")
     files = sorted(str(f) for f in source.files())
@@ -713,10 +807,14 @@ def decode_section(
     counts = [int(x) for x in args.consumers.split(",")] if args.consumers else counts_up_to(cores)
     if 1 not in counts:
         counts = [1, *counts]
-    log(f"  decode: {len(files)} files; plain Python, then feedbench with {counts} consumers")
+    parallel = not args.no_parallel_reference
+    shares = {n: [rank_files(source, k, n) for k in range(n)] for n in counts} if parallel else {}
+    also = " and N plain-Python decoders at once" if parallel else ""
+    log(f"  decode: {len(files)} files; plain Python, then feedbench with {counts} consumers{also}")
     plain_decode(files)  # warm-up: page cache, Pillow's plugins, the allocator
     plain_runs: list[dict[str, Any]] = []
     fb_runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
+    par_runs: dict[int, list[dict[str, Any]]] = {n: [] for n in counts}
     command = ""
     for r in range(1, args.decode_repeat + 1):
         plain_runs.append(runner.run(lambda: plain_decode(files)))
@@ -741,22 +839,66 @@ def decode_section(
 
             fb_runs[n].append(runner.run(one))
             log(f"    repeat {r}: feedbench {n} consumers {fb_runs[n][-1]['img_per_s']:.1f} img/s")
+            if parallel:
+                run = runner.run(lambda n=n: plain_parallel_decode(shares[n], FEEDBENCH_BATCH))
+                par_runs[n].append(run)
+                log(f"    repeat {r}: plain Python x{n} at once {run['img_per_s']:.1f} img/s")
     plain = summary([x["img_per_s"] for x in plain_runs])
     one_rate = summary([x["img_per_s"] for x in fb_runs[1]])["mean"]
+    par_one = summary([x["img_per_s"] for x in par_runs[1]])["mean"] if parallel else None
     curve = []
     for n in counts:
         s = summary([x["img_per_s"] for x in fb_runs[n]])
-        curve.append(
-            {
-                "consumers": n,
-                "img_per_s": s,
-                "per_consumer": s["mean"] / n,
-                "efficiency": s["mean"] / (n * one_rate) if one_rate else None,
-                "other_cores_max": worst(fb_runs[n]),
-                "runs": fb_runs[n],
+        point: dict[str, Any] = {
+            "consumers": n,
+            "img_per_s": s,
+            "per_consumer": s["mean"] / n,
+            "efficiency": s["mean"] / (n * one_rate) if one_rate else None,
+            "other_cores_max": worst(fb_runs[n]),
+            "runs": fb_runs[n],
+        }
+        if parallel:
+            ps = summary([x["img_per_s"] for x in par_runs[n]])
+            eff = ps["mean"] / (n * par_one) if par_one else None
+            point["plain_parallel"] = {
+                "img_per_s": ps,
+                "makespan_img_per_s": summary([x["makespan_img_per_s"] for x in par_runs[n]]),
+                "efficiency": eff,  # vs plain-parallel(1): the same method with one process
+                "efficiency_vs_plain_loop": ps["mean"] / (n * plain["mean"]),
+                "other_cores_max": worst(par_runs[n]),
+                "runs": par_runs[n],
             }
-        )
+            point["ratio_to_plain_parallel"] = ratio(s, ps)
+            point["ratio_to_plain_parallel_paired"] = paired(
+                [x["img_per_s"] for x in fb_runs[n]], [x["img_per_s"] for x in par_runs[n]]
+            )
+            # feedbench's efficiency / the host's: 1 = feedbench scales exactly as the host allows
+            fe = point["efficiency"]
+            point["relative_efficiency"] = fe / eff if fe is not None and eff else None
+        curve.append(point)
     within = [c for c in curve if 1 < c["consumers"] <= cores and c["efficiency"] is not None]
+    vs_par = [
+        c for c in curve if c["consumers"] <= cores and c.get("ratio_to_plain_parallel") is not None
+    ]
+    low = min(vs_par, key=lambda c: c["ratio_to_plain_parallel"], default=None)
+    reference: dict[str, Any] = {"skipped": "--no-parallel-reference"}
+    if parallel:
+        reference = {
+            "processes": "one spawned process per share, released together by a barrier",
+            "shares": "process k of N decodes the files of feedbench's consumer k of N (warm pass)",
+            "rate": (
+                "sum of per-process steady rates: images after the first "
+                f"{FEEDBENCH_BATCH} over the time after them (feedbench's steady rate, summed "
+                "over consumers); makespan_img_per_s = all images / barrier to last finisher"
+            ),
+            "batch": FEEDBENCH_BATCH,
+            "efficiency_basis": "plain-parallel(1)",
+            "min_ratio_feedbench_to_plain_parallel": low["ratio_to_plain_parallel"]
+            if low
+            else None,
+            "min_ratio_at_consumers": low["consumers"] if low else None,
+            "goal_met": bool(vs_par) and all(c["ratio_to_plain_parallel"] >= GOAL for c in vs_par),
+        }
     return {
         "files": len(files),
         "resident_before": resident,
@@ -771,6 +913,7 @@ def decode_section(
         "ratio_feedbench1_to_plain": one_rate / plain["mean"] if one_rate else None,
         "min_efficiency_up_to_cores": min((c["efficiency"] for c in within), default=None),
         "goal_met": bool(within) and all(c["efficiency"] >= GOAL for c in within),
+        "plain_parallel": reference,
     }
 
 
@@ -887,29 +1030,60 @@ def markdown(res: dict[str, Any]) -> str:
     dec = res.get("decode")
     if dec:
         plain = dec["plain_python"]["img_per_s"]
+        ref = dec.get("plain_parallel") or {}
+        par = bool(ref) and not ref.get("skipped")
+        head = "| reader | consumers | img/s | per consumer | efficiency | ≥ 0.9 |"
+        rule = "|---|---|---|---|---|---|"
+        if par:
+            head += (
+                " plain ×N img/s | plain ×N efficiency | feedbench / plain ×N (paired) | ≥ 0.9 |"
+            )
+            rule += "---|---|---|---|"
+        blank = " | | | |" if par else ""
         lines += [
             f"Decode, warm cache, {dec['files']:,} JPEGs, images/s (feedbench: steady rate after "
             f"the first batch), mean ± std of {plain['n']} interleaved repeats:",
             "",
-            "| reader | consumers | img/s | per consumer | efficiency | ≥ 0.9 | other load |",
-            "|---|---|---|---|---|---|---|",
-            f"| plain Python (read + PIL convert) | 1 | {fmt_ms(plain, 1)} | | | "
-            f"| {fmt_load(dec['plain_python']['other_cores_max'])} |",
+            head + " other load |",
+            rule + "---|",
+            f"| plain Python (read + PIL convert) | 1 | {fmt_ms(plain, 1)} | | | |{blank}"
+            f" {fmt_load(dec['plain_python']['other_cores_max'])} |",
         ]
         for c in dec["feedbench"]:
             e = c["efficiency"]
             ok = verdict(e) if c["consumers"] > 1 else ""
-            lines.append(
+            row = (
                 f"| feedbench --workers 0 | {c['consumers']} | {fmt_ms(c['img_per_s'], 1)} "
-                f"| {c['per_consumer']:,.1f} | {fmt_r(e)} | {ok} "
-                f"| {fmt_load(c['other_cores_max'])} |"
+                f"| {c['per_consumer']:,.1f} | {fmt_r(e)} | {ok} |"
             )
+            pp = c.get("plain_parallel") or {}
+            if par:
+                pr = c.get("ratio_to_plain_parallel_paired") or {}
+                rp = c.get("ratio_to_plain_parallel")
+                row += (
+                    f" {fmt_ms(pp.get('img_per_s'), 1)} | {fmt_r(pp.get('efficiency'))} "
+                    f"| {fmt_r(rp)} ({fmt_ms(pr, 2) if pr.get('n') else '–'}) | {verdict(rp)} |"
+                )
+            load = fmt_load(c["other_cores_max"], pp.get("other_cores_max"))
+            lines.append(f"{row} {load} |")
         lines += [
             "",
             f"feedbench (1 consumer) / plain Python = {fmt_r(dec['ratio_feedbench1_to_plain'])}; "
             f"lowest efficiency for 2 ≤ N ≤ {res['config']['cores']} = "
             f"{fmt_r(dec['min_efficiency_up_to_cores'])}.",
         ]
+        if par:
+            low = ref.get("min_ratio_feedbench_to_plain_parallel")
+            at = ref.get("min_ratio_at_consumers")
+            lines += [
+                "",
+                f"plain ×N = {ref.get('batch', FEEDBENCH_BATCH)}-image-warm-up steady rates of N "
+                "plain-Python decoders started together (one process each, process k decoding "
+                "feedbench's consumer k's files), summed; efficiency vs plain ×1. Goal "
+                f"feedbench(N) / plain-parallel(N) ≥ {GOAL} for N ≤ {res['config']['cores']}: "
+                f"lowest {fmt_r(low)} (N = {at if at is not None else '–'}): "
+                f"{'met' if ref.get('goal_met') else '**not met**'}.",
+            ]
     cold = [
         run.get("resident_before")
         for s in read.values()
@@ -984,6 +1158,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, help="parallel read jobs = consumers (default: cores)")
     p.add_argument("--consumers", help="decode consumer counts (default 1,2,4,...,cores)")
     p.add_argument(
+        "--no-parallel-reference",
+        action="store_true",
+        help="skip the N plain-Python decoders run at once beside each feedbench decode run",
+    )
+    p.add_argument(
         "--drop-caches",
         action="store_true",
         help="also write /proc/sys/vm/drop_caches before every cold run (root)",
@@ -1035,6 +1214,7 @@ def main(argv: list[str] | None = None) -> int:
             "drop_caches": args.drop_caches,
             "quiet_load": args.quiet_load,
             "quiet_wait": args.quiet_wait,
+            "parallel_reference": not args.no_parallel_reference,
             "fio_common": FIO_COMMON,
             "fio_bs": FIO_BS,
             "fio_note": why,
@@ -1066,6 +1246,12 @@ def main(argv: list[str] | None = None) -> int:
             res["decode"] = decode_section(args, runner, data / "images", runs_dir, cores)
             res["goals"]["decode_efficiency_min"] = res["decode"]["min_efficiency_up_to_cores"]
             res["goals"]["decode_goal_met"] = res["decode"]["goal_met"]
+            ref = res["decode"]["plain_parallel"]
+            if not ref.get("skipped"):
+                res["goals"]["decode_vs_plain_parallel_min"] = ref[
+                    "min_ratio_feedbench_to_plain_parallel"
+                ]
+                res["goals"]["decode_vs_plain_parallel_goal_met"] = ref["goal_met"]
             res["quiet_waited_s"] = runner.waited_s
             save(res, out)
     except RuntimeError as e:  # a tool failed: keep what was measured, say what broke
