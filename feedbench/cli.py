@@ -105,56 +105,24 @@ ScanPath = Annotated[
 ]
 
 
-def _scan_config(
-    path,
-    stages,
-    batch_size,
-    passes,
-    consumers,
-    workers,
-    repeat,
-    fmt,
-    drop_caches,
-    direct,
-    step_time,
-    rate,
-    profile,
-    async_steps,
-    warmup_batches,
-    read_latency,
-    target_au,
-    find_max,
-    max_consumers,
-    seed,
-    loader=None,
-):
+def _scan_config(options: dict):
+    """A ScanConfig from a command's options (its ``locals()``): names match the config's fields,
+    except ``step_time`` → ``step_s`` and ``read_latency`` → ``read_latency_s``."""
     from feedbench.run import ScanConfig, parse_passes
     from feedbench.stages import parse_stages
     from feedbench.sweep import parse_counts
 
-    return ScanConfig(
+    renamed = {"step_time": "step_s", "read_latency": "read_latency_s"}
+    fields = ScanConfig.__dataclass_fields__
+    kw = {renamed.get(k, k): v for k, v in options.items() if renamed.get(k, k) in fields}
+    path = kw.get("path")
+    kw.update(
         path=path if path is not None else default_data(),
-        stages=parse_stages(stages),
-        batch_size=batch_size,
-        passes=parse_passes(passes),
-        consumers=parse_counts(consumers),
-        workers=workers,
-        repeat=repeat,
-        fmt=fmt,
-        drop_caches=drop_caches,
-        direct=direct,
-        step_s=step_time,
-        rate=rate,
-        profile=profile,
-        async_steps=async_steps,
-        warmup_batches=warmup_batches,
-        read_latency_s=read_latency,
-        target_au=target_au,
-        find_max=find_max,
-        max_consumers=max_consumers,
-        seed=seed,
-        loader=loader,
+        stages=parse_stages(kw["stages"]),
+        passes=parse_passes(kw["passes"]),
+        consumers=parse_counts(kw.get("consumers", "1")),
     )
+    return ScanConfig(**kw)
 
 
 def _write_outputs(result, target: Path, plots: bool) -> None:
@@ -238,29 +206,7 @@ def scan(
     from feedbench.run import scan as run_scan
     from feedbench.run import unusable
 
-    config = _scan_config(
-        path,
-        stages,
-        batch_size,
-        passes,
-        consumers,
-        workers,
-        repeat,
-        fmt,
-        drop_caches,
-        direct,
-        step_time,
-        rate,
-        profile,
-        async_steps,
-        warmup_batches,
-        read_latency,
-        target_au,
-        find_max,
-        max_consumers,
-        seed,
-        loader,
-    )
+    config = _scan_config(locals())
     target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
     bar = Progress(
         TextColumn("{task.description}"),
@@ -327,6 +273,7 @@ def torchrun_main() -> None:
         read_latency: float = 0.0,
         warmup_batches: int = 1,
         seed: int = 0,
+        loader: str | None = None,
         json_out: Annotated[Path | None, typer.Option("--json")] = None,
         plots: bool = True,
     ) -> None:
@@ -334,28 +281,7 @@ def torchrun_main() -> None:
         from feedbench import results as res
         from feedbench.run import run_under_torchrun
 
-        config = _scan_config(
-            path,
-            stages,
-            batch_size,
-            passes,
-            "1",
-            workers,
-            repeat,
-            fmt,
-            drop_caches,
-            direct,
-            step_time,
-            rate,
-            profile,
-            async_steps,
-            warmup_batches,
-            read_latency,
-            target_au,
-            False,
-            None,
-            seed,
-        )
+        config = _scan_config(locals())
         target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
         result = run_under_torchrun(config, on_update=lambda r: res.save(r, target))
         if result is not None:
