@@ -226,6 +226,7 @@ def run_consumer(
     t_first_end: float | None = None if steps.warmup_batches > 0 else time.perf_counter()
     last_batch: torch.Tensor | None = None
     flag = torch.zeros(1, dtype=torch.int32)
+    barrier_idle_s = _barrier_cost(flag, group) if sync else None
 
     t_start = time.perf_counter()
     it = iter(loader)
@@ -353,10 +354,26 @@ def run_consumer(
         step_s=step_total,
         data_wait_s=wait_total,
         sync_wait_s=sync_total,
+        barrier_idle_s=barrier_idle_s,
         data_wait=percentiles(waits),
         au=accelerator_utilisation(step_total, wait_total, sync_total),
     )
     return stats, errors
+
+
+def _barrier_cost(flag: torch.Tensor, group: Any, repeats: int = 20) -> float:
+    """Median time of the step barrier when every consumer arrives together: part of every
+    measured sync wait is this cost of the emulation itself, not waiting for a slower consumer."""
+    import torch.distributed as tdist
+
+    times = []
+    for _ in range(repeats):
+        tdist.barrier(group=group)
+        t0 = time.perf_counter()
+        flag.fill_(1)
+        tdist.all_reduce(flag, op=tdist.ReduceOp.MIN, group=group)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
 
 
 def loader_batches(loader: Iterable[Any]) -> Iterator[tuple[Any, BatchTimes]]:

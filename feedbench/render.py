@@ -192,7 +192,7 @@ def _consumer_table(m: Measurement, console: Console) -> None:
         "batches",
         "first batch",
         "data wait p50 / p99",
-        "sync wait",
+        "sync wait (barrier idle)",
         "AU",
     ):
         table.add_column(col, justify="right")
@@ -204,7 +204,8 @@ def _consumer_table(m: Measurement, console: Console) -> None:
             str(c.batches),
             fmt_s(c.first_batch_s),
             wait,
-            fmt_s(c.sync_wait_s),
+            fmt_s(c.sync_wait_s)
+            + (f" ({fmt_s(c.barrier_idle_s)}/step)" if c.barrier_idle_s is not None else ""),
             fmt_pct(c.au),
         )
     console.print(table)

@@ -107,6 +107,7 @@ class ConsumerStats:
     step_s: float = 0.0  # emulated accelerator time over measured (post-warm-up) steps
     data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
     sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier
+    barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)
     data_wait: Percentiles | None = None  # per-batch wait distribution
     au: float | None = None  # step / (step + data wait + sync wait); None without an emulated step
 

@@ -71,6 +71,11 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     ]
     if busy is not None:
         evidence.append(f"CPU: {busy:.1f} of {cores} cores busy on average")
+    idle = [c.barrier_idle_s for c in top.per_consumer if c.barrier_idle_s is not None]
+    if idle:
+        evidence.append(
+            f"step barrier's own cost: {max(idle) * 1e3:.2f} ms per step (counted in sync wait)"
+        )
     disk = disk_mb_per_s(top.monitor)
     if disk is not None:
         evidence.append(f"disk reads: {disk:,.1f} MB/s (device counters)")
@@ -81,7 +86,11 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
             f"p99 {read.latency.p99_s * 1e3:.2f} ms (worst consumer)"
         )
     waits = sum(c.data_wait_s for c in top.per_consumer)
-    syncs = sum(c.sync_wait_s for c in top.per_consumer)
+    # waiting for a slower consumer = sync wait beyond the barrier's own cost on every step
+    syncs = sum(
+        max(0.0, c.sync_wait_s - (c.barrier_idle_s or 0.0) * max(0, c.batches - 1))
+        for c in top.per_consumer
+    )
     feeding = ""
     if feeds is not None:
         feeding = f"; {_rate(rate)} samples/s feeds {feeds:.1f} {acc_name}{model}"

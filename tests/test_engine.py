@@ -103,6 +103,8 @@ def test_synchronous_steps_make_fast_consumers_wait(dataset):
     assert m.au_mean is not None and m.au_min <= m.au_mean
     assert sum(c.batches for c in m.per_consumer) == 12
     assert {c.batches for c in m.per_consumer} == {6}  # equal steps per consumer
+    # the barrier's own cost (part of every sync wait) is measured apart
+    assert all(c.barrier_idle_s is not None and c.barrier_idle_s > 0 for c in m.per_consumer)
 
 
 # --- curve and find-max: pure functions ----------------------------------------------------------

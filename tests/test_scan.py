@@ -107,6 +107,7 @@ def test_results_file_contract_keys(dataset, tmp_path):
     }  # fmt: skip
     assert set(p["per_consumer"][0]) >= {
         "rank", "samples", "data_wait_s", "sync_wait_s", "step_s", "au", "data_wait",
+        "barrier_idle_s",
     }  # fmt: skip
     assert set(p["stages"][0]) >= {"name", "samples", "busy_s", "in_bytes", "samples_per_s"}
 
