@@ -24,19 +24,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from feedbench import stages as st
-from feedbench.results import ConsumerStats, Percentiles, SampleError, StageStats
+from feedbench.results import ConsumerStats, Percentiles, SampleError, StageStats, percentiles
 from feedbench.sources import Source
 
 KEEP_ERRORS = 20
 CPU_STAGES = ("read", "decode", "augment", "collate")
-
-
-def percentiles(values: Sequence[float]) -> Percentiles | None:
-    if len(values) == 0:
-        return None
-    a = np.asarray(values, dtype=np.float64)
-    p50, p95, p99 = np.percentile(a, [50, 95, 99])
-    return Percentiles(float(p50), float(p95), float(p99), float(a.max()))
 
 
 def accelerator_utilisation(step_s: float, data_wait_s: float, sync_wait_s: float) -> float | None:

@@ -34,6 +34,17 @@ class Percentiles:
     max_s: float
 
 
+def percentiles(values) -> Percentiles | None:
+    """p50/p95/p99 (linear interpolation) and max of a sequence of seconds; None when empty."""
+    import numpy as np
+
+    if len(values) == 0:
+        return None
+    a = np.asarray(values, dtype=np.float64)
+    p50, p95, p99 = np.percentile(a, [50, 95, 99])
+    return Percentiles(float(p50), float(p95), float(p99), float(a.max()))
+
+
 @dataclass
 class StageStats:
     """One stage within a pass. ``samples_per_s`` is the stage's own rate: samples / busy s."""

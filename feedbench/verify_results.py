@@ -16,7 +16,6 @@ timed on GPU and on CPU is in :data:`TIMING` (and copied into every results file
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ from feedbench.results import (
     MonitorSample,
     Percentiles,
     Timeline,
+    percentiles,
 )
 
 KIND = "verify"
@@ -199,19 +199,6 @@ def load(path: str | os.PathLike[str]) -> VerifyResult:
 # --- statistics (pure) ----------------------------------------------------------------------------
 
 
-def _percentiles(values: list[float]) -> Percentiles | None:
-    if not values:
-        return None
-    xs = sorted(values)
-
-    def q(p: float) -> float:
-        k = (len(xs) - 1) * p
-        lo, hi = math.floor(k), math.ceil(k)
-        return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
-
-    return Percentiles(q(0.5), q(0.95), q(0.99), xs[-1])
-
-
 def summarize_run(run: VerifyRun) -> VerifyRun:
     """Fill a run's totals, breakdown and fractions from its ranks' step series (in place)."""
     ranks = [r for r in run.ranks if r.step_s]
@@ -248,7 +235,7 @@ def summarize_run(run: VerifyRun) -> VerifyRun:
         step_s=mean("step_s"),
         allreduce_busy_s=mean("allreduce_busy_s"),
         host_wait_s=mean("host_wait_s"),
-        step=_percentiles(steps_all),
+        step=percentiles(steps_all),
     )
     fractions = []
     for r in ranks:

@@ -392,6 +392,14 @@ def run(args: argparse.Namespace) -> int:
                 dist.barrier()
             clock.sync()
 
+        def record(m: Marks) -> None:
+            """A step's marks, read once its events are complete: measured or warm-up."""
+            t = read_marks(m, clock)
+            if m.step >= args.warmup:
+                append(series, t)
+            else:
+                series.warmup_step_s.append(t.step_s)
+
         total = args.warmup + args.steps
         pending: deque[Marks] = deque()
         t0 = None
@@ -442,12 +450,7 @@ def run(args: argparse.Namespace) -> int:
                 )  # fmt: skip
             )
             while len(pending) > clock.lag:
-                m = pending.popleft()
-                t = read_marks(m, clock)
-                if m.step >= args.warmup:
-                    append(series, t)
-                else:
-                    series.warmup_step_s.append(t.step_s)
+                record(pending.popleft())
             if measuring and time.monotonic() - last_flush > FLUSH_EVERY_S:
                 write_part(part, series, False)
                 last_flush = time.monotonic()
@@ -456,12 +459,7 @@ def run(args: argparse.Namespace) -> int:
             series.window_s = time.perf_counter() - t0
             series.window_end_mono = time.monotonic()
         while pending:
-            m = pending.popleft()
-            t = read_marks(m, clock)
-            if m.step >= args.warmup:
-                append(series, t)
-            else:
-                series.warmup_step_s.append(t.step_s)
+            record(pending.popleft())
         if cuda:
             series.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
         barrier()  # every rank finishes its window before any leaves

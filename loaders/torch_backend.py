@@ -131,6 +131,18 @@ class ImageDataset(Dataset):
         return images[: len(keep)], labels, keys, skipped
 
 
+def worker_options(workers: int, prefetch: int, multiprocessing_context) -> dict:
+    """DataLoader options shared by the torch and wds backends: persistent, prefetching workers."""
+    if workers <= 0:
+        return {}
+    return dict(
+        persistent_workers=True,
+        prefetch_factor=prefetch,
+        worker_init_fn=_worker_init,
+        multiprocessing_context=multiprocessing_context,
+    )
+
+
 def _worker_init(_: int) -> None:
     try:
         import cv2
@@ -171,14 +183,7 @@ class TorchLoader(LoaderBase):
             seed=self.seed,
             drop_last=self.drop_last,
         )
-        kwargs = {}
-        if workers > 0:
-            kwargs = dict(
-                persistent_workers=True,
-                prefetch_factor=prefetch,
-                worker_init_fn=_worker_init,
-                multiprocessing_context=multiprocessing_context,
-            )
+        kwargs = worker_options(workers, prefetch, multiprocessing_context)
         self.dataloader = DataLoader(
             self.dataset,
             batch_sampler=self.batch_sampler,

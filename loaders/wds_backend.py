@@ -42,7 +42,7 @@ from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
 from loaders.source import SHARD_IMAGE_EXTS, SampleIndex, Skipped, split_member_name
-from loaders.torch_backend import _new_uint8, _worker_init
+from loaders.torch_backend import _new_uint8, worker_options
 
 
 def split_by_node(src, rank: int, world_size: int):
@@ -282,14 +282,7 @@ class WdsLoader(LoaderBase):
             shuffle_buffer=max(1, shuffle_buffer // max(1, workers)),
             pin=pin and workers == 0,
         )
-        kwargs = {}
-        if workers > 0:
-            kwargs = dict(
-                persistent_workers=True,
-                prefetch_factor=prefetch,
-                worker_init_fn=_worker_init,
-                multiprocessing_context=multiprocessing_context,
-            )
+        kwargs = worker_options(workers, prefetch, multiprocessing_context)
         self.dataloader = DataLoader(
             self.dataset,
             batch_size=None,
