@@ -344,6 +344,23 @@ def verify(
         int | None,
         typer.Option(help="Loader workers per rank (default: each loader's own)."),
     ] = None,
+    loader_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--loader-option",
+            "-o",
+            help="[LOADER:]KEY=VALUE for the library loaders (torch, dali, wds), e.g. "
+            "dali:hw_decoder_load=0.99; repeatable. Without LOADER: every loader of the run "
+            "that takes KEY.",
+        ),
+    ] = None,
+    stream_priority: Annotated[
+        str,
+        typer.Option(
+            help="normal, or high: train on the GPU's highest-priority CUDA stream, so a GPU "
+            "loader's kernels yield to training's."
+        ),
+    ] = "normal",
     device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
     synthetic: Annotated[
         bool, typer.Option(help="Also run synthetic data (on the GPU): the ceiling.")
@@ -382,6 +399,8 @@ def verify(
         scaling=scaling,
         image_size=image_size,
         workers=workers,
+        loader_options=tuple(loader_option or ()),
+        stream_priority=stream_priority.strip().lower(),
         device=device,
         seed=seed,
         target_au=target_au,

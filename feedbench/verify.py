@@ -42,6 +42,7 @@ from feedbench.verify_loaders import (
     LOADERS,
     SYNTHETIC,
     batches_per_epoch,
+    loader_options,
     unavailable,
 )
 from feedbench.verify_results import (
@@ -58,6 +59,7 @@ from feedbench.verify_worker import MODELS
 
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
+STREAM_PRIORITIES = ("normal", "high")
 GPU_DEFAULTS = {"model": "resnet50", "image_size": 224, "batch_size": 256, "steps": 200,
                 "warmup": 20}  # fmt: skip
 CPU_DEFAULTS = {"model": "smallcnn", "image_size": 64, "batch_size": 16, "steps": 30, "warmup": 5}
@@ -78,6 +80,8 @@ class VerifyConfig:
     scaling: str = "weak"
     image_size: int | None = None
     workers: int | None = None  # loader workers per rank (None: each loader's default)
+    loader_options: tuple[str, ...] = ()  # [LOADER:]KEY=VALUE for the library loaders
+    stream_priority: str = "normal"  # normal / high: the training stream's CUDA priority
     device: str = "auto"
     seed: int = 0
     num_classes: int = 1000
@@ -109,6 +113,7 @@ class Plan:
     samples: dict[str, int]  # source path → samples
     dataset: DatasetInfo | None
     warnings: list[str] = field(default_factory=list)
+    options: dict[str, dict] = field(default_factory=dict)  # loader → build_loader options
 
     def per_gpu_batch(self, scaling: str, gpus: int) -> int:
         return self.batch_size if scaling == "weak" else self.batch_size // gpus
@@ -224,6 +229,13 @@ def plan(config: VerifyConfig) -> Plan:
         raise FeedbenchError("--workers must be 0 or more")
     if not 0 < config.target_au <= 1:
         raise FeedbenchError("--target-au must be within (0, 1]")
+    if config.stream_priority not in STREAM_PRIORITIES:
+        raise FeedbenchError(
+            f"--stream-priority takes {' or '.join(STREAM_PRIORITIES)} "
+            f"(got {config.stream_priority!r})"
+        )
+    if config.stream_priority != "normal" and device != "cuda":
+        raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
     if config.scaling == "strong":
         bad = [g for g in config.gpus if batch % g]
         if bad:
@@ -265,6 +277,7 @@ def plan(config: VerifyConfig) -> Plan:
             if name in GPU_ONLY and device != "cuda":
                 raise FeedbenchError(f"loader {name} decodes on the GPU: it needs --device cuda")
     real = [n for n in names if n != SYNTHETIC]
+    options = loader_options(config.loader_options, real)
     order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
     # the data: it must exist, and hold a full batch per rank at the largest count
     sources = sources_for(config.data)
@@ -320,6 +333,7 @@ def plan(config: VerifyConfig) -> Plan:
         samples=samples,
         dataset=dataset,
         warnings=warnings,
+        options=options,
     )
 
 
@@ -334,6 +348,7 @@ def new_result(config: VerifyConfig, p: Plan) -> VerifyResult:
         "steps": p.steps,
         "warmup": p.warmup,
         "loaders": p.loaders,
+        "options_per_loader": p.options,
         "sources": {k: v for k, v in p.sources.items() if k in p.loaders},
         "precision": "bf16 autocast, channels_last" if p.device == "cuda" else "fp32",
         "optimizer": "SGD lr 0.01 momentum 0.9 wd 1e-4",
@@ -392,6 +407,10 @@ def worker_command(
     ]  # fmt: skip
     if config.workers is not None:
         cmd += ["--workers", str(config.workers)]
+    for key, value in p.options.get(loader, {}).items():
+        cmd += ["--option", f"{key}={value}"]
+    if config.stream_priority != "normal":
+        cmd += ["--stream-priority", config.stream_priority]
     if config.fail_at_step is not None:
         cmd += ["--fail-at-step", str(config.fail_at_step)]
         if config.fail_rank is not None:

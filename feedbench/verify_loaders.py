@@ -276,9 +276,68 @@ class LibraryLoader(VerifyLoader):
             self.inner.close()
 
 
+def option_value(text: str) -> Any:
+    """``"0.99"`` → 0.99, ``"4"`` → 4, ``"true"`` → True, anything else stays a string."""
+    low = text.strip().lower()
+    if low in ("true", "yes", "on"):
+        return True
+    if low in ("false", "no", "off"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def loader_options(items: tuple[str, ...] | list[str], names: list[str]) -> dict[str, dict]:
+    """``--loader-option`` values (``[LOADER:]KEY=VALUE``) → options per library loader in
+    ``names``. Without ``LOADER:`` an option goes to every loader of the run that takes it; an
+    option no loader of the run takes is an error, as is one its named loader does not take."""
+    from loaders import backend_options
+
+    run = [n for n in names if n in LIBRARY]
+    known = {n: backend_options(n) for n in run}
+    out: dict[str, dict] = {n: {} for n in run}
+    for item in items:
+        head, eq, value = item.partition("=")
+        loader, colon, key = head.partition(":")
+        if not colon:
+            loader, key = "", head
+        key = key.strip().replace("-", "_")
+        if not eq or not key:
+            raise FeedbenchError(f"--loader-option takes [LOADER:]KEY=VALUE (got {item!r})")
+        loader = loader.strip().lower()
+        if loader:
+            if loader not in LIBRARY:
+                raise FeedbenchError(
+                    f"--loader-option {item!r}: options go to the library loaders "
+                    f"({', '.join(LIBRARY)}), not {loader!r}"
+                )
+            if loader not in known:
+                raise FeedbenchError(
+                    f"--loader-option {item!r}: loader {loader} is not in this run"
+                )
+            targets = [loader]
+        else:
+            targets = run
+        takers = [n for n in targets if key in known[n]]
+        if not takers:
+            offered = sorted({k for n in targets for k in known[n]})
+            raise FeedbenchError(
+                f"--loader-option {item!r}: no loader of this run takes {key!r} "
+                f"(they take: {', '.join(offered) or 'nothing'})"
+            )
+        for n in takers:
+            out[n][key] = option_value(value)
+    return {n: o for n, o in out.items() if o}
+
+
 def build_library_loader(
     name: str, source: str, batch_size: int, *, rank: int, world_size: int, local_rank: int,
     image_size: int, workers: int | None, seed: int, device, dtype, channels_last: bool,
+    options: dict | None = None,
 ) -> LibraryLoader:  # fmt: skip
     why = unavailable(name)
     if why:
@@ -300,6 +359,7 @@ def build_library_loader(
     params = inspect.signature(build_loader).parameters
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     kwargs.update({k: v for k, v in wanted.items() if k in params or takes_any})
+    kwargs.update(options or {})
     try:
         inner = build_loader(source, name, batch_size, **kwargs)
     except FeedbenchError:
@@ -317,6 +377,7 @@ def make_loader(
     name: str, source: str, batch_size: int, *, rank: int, world_size: int, local_rank: int,
     image_size: int, workers: int | None, seed: int, device, num_classes: int,
     dtype=None, channels_last: bool = False, synthetic_batches: int = 100,
+    options: dict | None = None,
 ) -> VerifyLoader:  # fmt: skip
     """The loader ``name`` for this rank; see the module docstring."""
     import torch
@@ -347,7 +408,7 @@ def make_loader(
         return build_library_loader(
             name, source, batch_size, rank=rank, world_size=world_size, local_rank=local_rank,
             image_size=image_size, workers=workers, seed=seed, device=device, dtype=dtype,
-            channels_last=channels_last,
+            channels_last=channels_last, options=options,
         )  # fmt: skip
     raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
 

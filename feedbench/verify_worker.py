@@ -285,6 +285,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-classes", type=int, default=1000)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--synthetic-batches", type=int, default=100)
+    p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
+    p.add_argument("--stream-priority", choices=("normal", "high"), default="normal")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
     p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
@@ -302,7 +304,7 @@ def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from feedbench.verify_loaders import LIBRARY, make_loader
+    from feedbench.verify_loaders import LIBRARY, make_loader, option_value
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -326,6 +328,12 @@ def run(args: argparse.Namespace) -> int:
             device = torch.device("cuda", local_rank)
             torch.cuda.set_device(device)
             torch.backends.cudnn.benchmark = True
+            if args.stream_priority == "high":
+                # every op of this rank (model, loader copies, events) on the device's
+                # highest-priority stream: a GPU loader's kernels (DALI's, on its own
+                # priority-0 stream) then yield to training's
+                _, highest = torch.cuda.Stream.priority_range()
+                torch.cuda.set_stream(torch.cuda.Stream(device=device, priority=highest))
             clock: Any = CudaClock(device)
         else:
             device = torch.device("cpu")
@@ -344,6 +352,7 @@ def run(args: argparse.Namespace) -> int:
             local_rank=local_rank, image_size=args.image_size, workers=args.workers,
             seed=args.seed, device=device, num_classes=args.num_classes, dtype=dtype,
             channels_last=cuda, synthetic_batches=args.synthetic_batches,
+            options={k: option_value(v) for k, _, v in (o.partition("=") for o in args.option)},
         )  # fmt: skip
         series.workers = loader.workers
         series.batches_per_epoch = len(loader)

@@ -32,6 +32,7 @@ __all__ = [
     "MissingDependencyError",
     "SampleIndex",
     "Skipped",
+    "backend_options",
     "build_loader",
     "denormalize",
     "default_workers",
@@ -39,6 +40,26 @@ __all__ = [
     "open_source",
     "shard_indices",
 ]
+
+
+def backend_options(backend: str) -> dict[str, object]:
+    """The per-backend options ``build_loader`` takes for ``backend``, with their defaults."""
+    import inspect
+
+    if backend == "torch":
+        from loaders.torch_backend import TorchLoader as cls
+    elif backend == "wds":
+        from loaders.wds_backend import WdsLoader as cls
+    elif backend == "dali":
+        from loaders.dali_backend import DaliLoader as cls
+    else:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    skip = {"self", "index", "info", "batch_size", "workers"}
+    return {
+        name: p.default
+        for name, p in inspect.signature(cls.__init__).parameters.items()
+        if name not in skip and p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def default_workers(local_world_size: int) -> int:
@@ -76,7 +97,11 @@ def build_loader(
     * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
       ``multiprocessing_context``,
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
-    * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder).
+    * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder),
+      ``dont_use_mmap`` (read files with plain I/O instead of mapping them).
+
+    An option the backend does not take is a ``ValueError`` naming the ones it does
+    (:func:`backend_options`).
 
     ``workers`` is DataLoader worker processes (torch, wds) or DALI CPU threads; by default this
     rank's share of the cores. ``rank`` / ``world_size`` / ``local_rank`` come from the arguments,
@@ -86,6 +111,14 @@ def build_loader(
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    if options:
+        known = backend_options(backend)
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise ValueError(
+                f"the {backend} backend takes no option {unknown[0]!r} "
+                f"(its options: {', '.join(sorted(known)) or 'none'})"
+            )
     info = discover(rank, world_size, local_rank)
     index = source if isinstance(source, SampleIndex) else open_source(source, source_format)
     common = dict(

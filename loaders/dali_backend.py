@@ -111,6 +111,7 @@ class DaliLoader(LoaderBase):
         prefetch: int = 2,
         shuffle_buffer: int = 4096,
         hw_decoder_load: float = HW_DECODER_LOAD,
+        dont_use_mmap: bool = False,
         **common,
     ) -> None:
         require_dali()
@@ -120,6 +121,7 @@ class DaliLoader(LoaderBase):
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
+        self.dont_use_mmap = bool(dont_use_mmap)
         self.gpu = self.device.type == "cuda"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []
@@ -149,6 +151,7 @@ class DaliLoader(LoaderBase):
             random_shuffle=self.train,
             initial_fill=max(1, self.shuffle_buffer),
             prefetch_queue_depth=self.prefetch,
+            dont_use_mmap=self.dont_use_mmap,
             name=READER,
         )
         index = self.index

@@ -178,20 +178,34 @@ def measure(loader, device: str, warmup: int, min_images: int, batch: int) -> di
     }
 
 
-def bench_loaders(args, data_root: Path) -> list[dict]:
-    import torch
+class OnDevice:
+    """A CPU loader's batches copied to ``device`` (pinned, as a training loop would)."""
 
-    from loaders import build_loader
+    def __init__(self, inner, device: str) -> None:
+        self.inner, self.device = inner, device
 
-    tree, shards = data_root / "images", data_root / "shards"
-    device = args.device
-    rows = []
-    configs = []
+    def __len__(self):
+        return len(self.inner)
+
+    def __iter__(self):
+        for images, labels, *_ in self.inner:
+            yield (
+                images.pin_memory().to(self.device, non_blocking=True),
+                labels.to(self.device, non_blocking=True),
+            )
+
+    def close(self):
+        self.inner.close()
+
+
+def loader_configs(args) -> list[tuple[str, str, dict]]:
+    """(backend, layout, options) for every loader run asked for."""
     wanted = set(args.only.split(",")) if args.only else None
 
     def want(name: str) -> bool:
         return wanted is None or name in wanted
 
+    configs: list[tuple[str, str, dict]] = []
     if want("stock"):
         configs.append(("stock", "tree", {}))
     if want("torch"):
@@ -200,54 +214,116 @@ def bench_loaders(args, data_root: Path) -> list[dict]:
     if want("wds"):
         configs.append(("wds", "shards", {}))
     if want("dali"):
-        loads = (
-            [float(x) for x in args.hw_decoder_load.split(",")] if args.hw_decoder_load else [None]
+        loads = [float(x) for x in args.hw_decoder_load.split(",")] if args.hw_decoder_load else []
+        mmaps = (
+            [x.strip().lower() == "true" for x in args.dont_use_mmap.split(",")]
+            if (args.dont_use_mmap)
+            else []
         )
-        for load in loads:
-            opts = {} if load is None else {"hw_decoder_load": load}
-            configs.append(("dali", "tree", opts))
-            configs.append(("dali", "shards", opts))
-    for backend, kind, opts in configs:
-        src = tree if kind == "tree" else shards
-        workers = args.workers
-        label = f"{backend} {kind}" + "".join(f" {k}={v}" for k, v in opts.items())
-        try:
-            if backend == "stock":
-                loader = stock_loader(src, args.batch_size, workers, device)
-            else:
-                if backend == "wds":
-                    n_shards = len(glob.glob(str(shards / "*.tar")))
-                    workers = max(1, min(workers, n_shards))
-                loader = build_loader(
-                    src,
-                    backend,
-                    args.batch_size,
-                    device=device,
-                    workers=workers,
-                    dtype=args.dtype,
-                    channels_last=args.channels_last,
-                    **opts,
-                )
-            result = measure(loader, device, args.warmup, args.min_images, args.batch_size)
-            loader.close()
-            del loader
-            gc.collect()
-        except Exception as e:  # a backend that cannot run here is reported, not fatal
-            result = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
-        row = {"backend": backend, "source": kind, "workers": workers, **opts, **result}
+        for load in loads or [None]:
+            for no_mmap in mmaps or [None]:
+                opts: dict = {}
+                if load is not None:
+                    opts["hw_decoder_load"] = load
+                if no_mmap is not None:
+                    opts["dont_use_mmap"] = no_mmap
+                configs.append(("dali", "tree", opts))
+                configs.append(("dali", "shards", opts))
+    if want("dali-cpu") and args.device.startswith("cuda"):
+        # DALI's own CPU pipeline (decode + augment on the CPU), batches copied to the GPU
+        configs.append(("dali-cpu", "tree", {}))
+    return configs
+
+
+def build_one(args, backend: str, src: Path, shards: Path, opts: dict):
+    from loaders import build_loader
+
+    workers = args.workers
+    device = args.device
+    if backend == "stock":
+        return stock_loader(src, args.batch_size, workers, device), workers
+    if backend == "wds":
+        workers = max(1, min(workers, len(glob.glob(str(shards / "*.tar")))))
+    if backend == "dali-cpu":
+        inner = build_loader(
+            src, "dali", args.batch_size, device="cpu", workers=workers, dtype=args.dtype,
+            channels_last=args.channels_last, **opts,
+        )  # fmt: skip
+        return OnDevice(inner, device), workers
+    loader = build_loader(
+        src, backend, args.batch_size, device=device, workers=workers, dtype=args.dtype,
+        channels_last=args.channels_last, **opts,
+    )  # fmt: skip
+    return loader, workers
+
+
+def summary(values: list[float]) -> dict:
+    a = np.asarray(values, dtype=float)
+    return {
+        "mean": round(float(a.mean()), 1),
+        "std": round(float(a.std(ddof=1)), 1) if len(a) > 1 else 0.0,
+        "min": round(float(a.min()), 1),
+        "max": round(float(a.max()), 1),
+        "cv": round(float(a.std(ddof=1) / a.mean()), 4) if len(a) > 1 and a.mean() > 0 else 0.0,
+        "n": len(a),
+    }
+
+
+def bench_loaders(args, data_root: Path) -> list[dict]:
+    """Every config ``--repeat`` times, interleaved (config 1..K, then again), each run with a
+    freshly built loader; the row keeps every run and their mean, std, min and max."""
+    import torch
+
+    tree, shards = data_root / "images", data_root / "shards"
+    configs = loader_configs(args)
+    runs: list[list[dict]] = [[] for _ in configs]
+    meta: list[dict] = [{} for _ in configs]
+    for r in range(args.repeat):
+        for k, (backend, kind, opts) in enumerate(configs):
+            src = tree if kind == "tree" else shards
+            label = f"{backend} {kind}" + "".join(f" {a}={b}" for a, b in opts.items())
+            try:
+                loader, workers = build_one(args, backend, src, shards, opts)
+                result = measure(loader, args.device, args.warmup, args.min_images, args.batch_size)
+                loader.close()
+                del loader
+                gc.collect()
+                meta[k]["workers"] = workers
+            except Exception as e:  # a backend that cannot run here is reported, not fatal
+                result = {"error": f"{type(e).__name__}: {e}".splitlines()[0]}
+            runs[k].append(result)
+            rate = result.get("images_per_s")
+            print(
+                f"  [{r + 1}/{args.repeat}] {label:40s} "
+                + (f"{rate:9.1f} img/s" if rate is not None else result["error"]),
+                file=sys.stderr,
+            )
+            if args.device.startswith("cuda"):
+                torch.cuda.empty_cache()
+    rows = []
+    for k, (backend, kind, opts) in enumerate(configs):
+        ok = [x for x in runs[k] if "images_per_s" in x]
+        row: dict = {"backend": backend, "source": kind, **meta[k], **opts, "runs": runs[k]}
+        if ok:
+            rates = summary([x["images_per_s"] for x in ok])
+            row["images_per_s"] = rates["mean"]
+            row["images_per_s_spread"] = rates
+            row["feeds_h200_resnet50"] = round(rates["mean"] / RESNET50_H200_IMG_S, 2)
+            row["first_batch_s"] = summary([x["first_batch_s"] for x in ok])["mean"]
+        else:
+            row["error"] = runs[k][-1].get("error", "no run")
         rows.append(row)
-        rate = row.get("images_per_s")
-        print(
-            f"  {label:32s} "
-            + (
-                f"{rate:9.1f} img/s  feeds {row['feeds_h200_resnet50']:.2f} H200s on ResNet-50"
-                if rate is not None
-                else row["error"]
-            ),
-            file=sys.stderr,
-        )
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
+        label = f"{backend} {kind}" + "".join(f" {a}={b}" for a, b in opts.items())
+        if ok:
+            sp = row["images_per_s_spread"]
+            print(
+                f"  {label:40s} {sp['mean']:9.1f} ± {sp['std']:.1f} img/s (n={sp['n']}, "
+                f"min {sp['min']:.0f}, max {sp['max']:.0f})  feeds "
+                f"{row['feeds_h200_resnet50']:.2f} H200s on ResNet-50",
+                file=sys.stderr,
+            )
+        else:
+            print(f"  {label:40s} {row['error']}", file=sys.stderr)
     return rows
 
 
@@ -275,8 +351,12 @@ def main() -> None:
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--warmup", type=int, default=3, help="batches not measured")
     p.add_argument("--min-images", type=int, default=4096, help="images to measure per config")
-    p.add_argument("--only", default="", help="comma list: decoders,stock,torch,wds,dali")
+    p.add_argument(
+        "--only", default="", help="comma list: decoders,stock,torch,wds,dali,dali-cpu (GPU only)"
+    )
     p.add_argument("--hw-decoder-load", default="", help="DALI: comma list to sweep")
+    p.add_argument("--dont-use-mmap", default="", help="DALI: e.g. false,true to sweep")
+    p.add_argument("--repeat", type=int, default=1, help="runs per loader config, interleaved")
     p.add_argument("--decoder-images", type=int, default=300)
     p.add_argument("--out", default="", help="write the results as JSON here")
     args = p.parse_args()
@@ -298,6 +378,7 @@ def main() -> None:
         "images": len(glob.glob(str(data_root / "images" / "*" / "*"))),
         "shards": len(glob.glob(str(data_root / "shards" / "*.tar"))),
         "batch_size": args.batch_size,
+        "repeat": args.repeat,
         "resnet50_h200_img_s": RESNET50_H200_IMG_S,
     }
     try:

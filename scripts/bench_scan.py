@@ -590,8 +590,10 @@ def read_layout(
         log(f"  read {layout}, 1 job, repeat {r}/{args.repeat}")
         if fio:
             series["fio"].append(runner.run(lambda r=r: fio_run(r), files))
-        for w in (0, 1):
+        for w in (0,) if args.lean else (0, 1):
             series[f"feedbench_w{w}"].append(runner.run(lambda w=w, r=r: feedbench(w, r)))
+        if args.lean:
+            continue
         series["python_read"].append(runner.run(lambda: run_python_read(order), files))
         series["python_readinto"].append(runner.run(lambda: run_python_readinto(order), files))
         if have_cat:
@@ -608,9 +610,10 @@ def read_layout(
     section["commands"] = commands
     if fio:
         section["ratio_feedbench_w0_to_fio"] = ratio(fb["mb_per_s"], section["fio"]["mb_per_s"])
-        section["ratio_feedbench_w1_to_fio"] = ratio(
-            section["feedbench_w1"]["mb_per_s"], section["fio"]["mb_per_s"]
-        )
+        if section.get("feedbench_w1"):
+            section["ratio_feedbench_w1_to_fio"] = ratio(
+                section["feedbench_w1"]["mb_per_s"], section["fio"]["mb_per_s"]
+            )
         section["ratio_paired_w0"] = paired(
             [x["mb_per_s"] for x in fb["runs"]], [x["mb_per_s"] for x in section["fio"]["runs"]]
         )
@@ -989,7 +992,7 @@ def markdown(res: dict[str, Any]) -> str:
                 f"| {fmt_ms(_get(s, 'fio', 'mb_per_s'))} "
                 f"| {fmt_ms(s['feedbench_w0']['mb_per_s'])} "
                 f"| {fmt_r(r0)} ({fmt_ms(pr, 2) if pr.get('n') else '–'}) | {verdict(r0)} "
-                f"| {fmt_ms(s['feedbench_w1']['mb_per_s'])} "
+                f"| {fmt_ms(_get(s, 'feedbench_w1', 'mb_per_s'))} "
                 f"| {fmt_ms(_get(s, 'python_read', 'mb_per_s'))} "
                 f"| {fmt_ms(_get(s, 'python_readinto', 'mb_per_s'))} "
                 f"| {fmt_ms(_get(s, 'cat', 'mb_per_s'))} | {load} |"
@@ -1176,6 +1179,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--quiet-wait", type=float, default=10.0, help="...but at most this many seconds (10)"
     )
+    p.add_argument(
+        "--lean",
+        action="store_true",
+        help="one-job reads: only fio and feedbench --workers 0 (no w1, Python or cat references)",
+    )
+    p.add_argument("--layouts", default="tree,shards", help="read layouts (default tree,shards)")
     p.add_argument("--label", default=None, help="machine name for the report")
     p.add_argument("--render", type=Path, help="print the Markdown of a results JSON; run nothing")
     args = p.parse_args(argv)
@@ -1215,6 +1224,7 @@ def main(argv: list[str] | None = None) -> int:
             "quiet_load": args.quiet_load,
             "quiet_wait": args.quiet_wait,
             "parallel_reference": not args.no_parallel_reference,
+            "lean": args.lean,
             "fio_common": FIO_COMMON,
             "fio_bs": FIO_BS,
             "fio_note": why,
@@ -1228,7 +1238,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "read" in parts:
             res["read"] = {}
+            layouts = {x.strip() for x in args.layouts.split(",")}
             for layout, sub in (("tree", "images"), ("shards", "shards")):
+                if layout not in layouts:
+                    continue
                 if not (data / sub).is_dir():
                     log(f"no {data / sub}: skipping the {layout} read")
                     continue

@@ -11,6 +11,9 @@
 #   scripts/bench_verify.sh smoke    # resnet18 at 128 px, 20 steps, every loader: ~3 min
 #   scripts/bench_verify.sh weak     # THE run: resnet50, 256 per GPU, 200 steps: ~7 min
 #   scripts/bench_verify.sh strong   # resnet50, global batch 512 (512 on 1 GPU, 256 each on 2)
+#   scripts/bench_verify.sh tune     # our DALI loader at 2 GPUs (resnet50, 256 per GPU, 100
+#                                    # steps) under each tuning variant, beside the synthetic
+#                                    # ceiling: ~4 min. Variants: VARIANTS="name|options;..."
 #
 # Environment: PY (python with torch, torchvision, nvidia-dali-cuda130; default python),
 # DATA (default /tmp/feedbench-verify-data, made here on first use: 8,192 ImageNet-like JPEGs in
@@ -49,12 +52,33 @@ case "$MODE" in
     "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" --model resnet50 --batch-size 256 \
       --scaling weak --steps 200 --warmup 20 --json "$OUT/verify-weak.json"
     ;;
+  tune)
+    # one verify per variant (its own --json), 2 GPUs only: the issue's goal is at 2 GPUs
+    GPUS=${GPUS:-2}
+    STEPS=${STEPS:-100}
+    VARIANTS=${VARIANTS:-"default|;hw99|-o dali:hw_decoder_load=0.99;high|--stream-priority high;\
+hw99-high|-o dali:hw_decoder_load=0.99 --stream-priority high;\
+hw99-high-t6|-o dali:hw_decoder_load=0.99 --stream-priority high --workers 6"}
+    TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
+      --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
+    "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader synthetic \
+      --json "$OUT/tune-synthetic.json" | grep -E "^(synthetic|summary)" || true
+    IFS=';' read -ra ROWS <<< "$VARIANTS"
+    for row in "${ROWS[@]}"; do
+      name=${row%%|*}
+      opts=${row#*|}
+      # shellcheck disable=SC2086
+      "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader dali --no-synthetic $opts \
+        --json "$OUT/tune-$name.json" | grep -E "^dali" | sed "s/^/$name: /" || true
+    done
+    "$PY" scripts/verify_table.py "$OUT"/tune-*.json
+    ;;
   strong)
     "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" --model resnet50 --batch-size 512 \
       --scaling strong --steps 200 --warmup 20 --json "$OUT/verify-strong.json"
     ;;
   *)
-    echo "usage: $0 test|smoke|weak|strong" >&2
+    echo "usage: $0 test|smoke|weak|strong|tune" >&2
     exit 2
     ;;
 esac

@@ -189,6 +189,13 @@ def test_more_gpus_than_present():
         (["--steps", "0"], r"--steps must be at least 1"),
         (["--loader", "dali-example"], r"loader dali-example (decodes on the GPU: it needs "
                                        r"--device cuda|is unavailable: it needs NVIDIA DALI)"),
+        (["-l", "torch", "-o", "hw_decoder_load=0.9"], r"no loader of this run takes "
+                                                       r"'hw_decoder_load' \(they take: decoder,"),
+        (["-l", "torch", "-o", "dali:prefetch=2"], r"loader dali is not in this run"),
+        (["-l", "torch", "-o", "prefetch"], r"--loader-option takes \[LOADER:\]KEY=VALUE"),
+        (["-l", "torch", "-o", "baseline:workers=2"], r"options go to the library loaders"),
+        (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
+        (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(cli, dataset, tmp_path, args, message):
@@ -219,6 +226,37 @@ def test_unavailable_loader_says_what_to_install(cli, dataset, monkeypatch, name
     assert r.code == 2
     assert f"error: loader {name} is unavailable: " in r.err
     assert "install" in r.err or "no build_loader" in r.err
+
+
+def test_loader_options_go_to_the_loaders_that_take_them():
+    from feedbench.verify_loaders import loader_options, option_value
+
+    assert option_value("0.99") == 0.99 and option_value("4") == 4
+    assert option_value("true") is True and option_value("off") is False
+    assert option_value("pil") == "pil"
+    got = loader_options(
+        ["prefetch=3", "dali:hw_decoder_load=0.99", "decoder=pil"], ["baseline", "torch", "dali"]
+    )
+    assert got == {
+        "torch": {"prefetch": 3, "decoder": "pil"},
+        "dali": {"prefetch": 3, "hw_decoder_load": 0.99},
+    }
+    assert loader_options([], ["torch"]) == {}
+
+
+def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
+    """An option travels verify → torchrun → each rank → build_loader: a bad value fails there."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--gpus", "2", "-l", "torch", "--no-synthetic", "-o",
+        "torch:decoder=nosuchdecoder", *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 2, r.out + r.err
+    res = vr.load(out)
+    assert res.config["options_per_loader"] == {"torch": {"decoder": "nosuchdecoder"}}
+    (run,) = res.runs
+    assert run.status == "failed" and "nosuchdecoder" in (run.error or ""), run.error
+    assert "Traceback" not in r.err
 
 
 def test_parse_gpus():
