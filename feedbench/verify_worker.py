@@ -332,8 +332,9 @@ def run(args: argparse.Namespace) -> int:
                 # every op of this rank (model, loader copies, events) on the device's
                 # highest-priority stream: a GPU loader's kernels (DALI's, on its own
                 # priority-0 stream) then yield to training's
-                _, highest = torch.cuda.Stream.priority_range()
-                torch.cuda.set_stream(torch.cuda.Stream(device=device, priority=highest))
+                from loaders import high_priority_stream
+
+                torch.cuda.set_stream(high_priority_stream(device))
             clock: Any = CudaClock(device)
         else:
             device = torch.device("cpu")

@@ -10,10 +10,12 @@ re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``)
 
 Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop area 0.08–1, ratio 3/4–4/3)
 or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the hardware JPEG
-decoder for ``hw_decoder_load`` of the images), ``fn.resize`` to the output size (antialiased
-linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW, or HWC when
-``channels_last``). Without a GPU (or with ``device="cpu"``) the same graph runs on the CPU
-(``device_id=None``), which is how the tests run it.
+decoder for ``hw_decoder_load`` of the images, 0.99 by default), ``fn.resize`` to the output
+size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW,
+or HWC when ``channels_last``). Files are read with plain reads for trees and mapped for shards
+(``dont_use_mmap``; the faster of the two for each, measured on an H200 host). Without a GPU
+(or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
+tests run it.
 
 **Equal lengths.** DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
 of ``N / W`` samples. The iterator uses ``reader_name`` with ``LastBatchPolicy.FILL`` on a padded
@@ -54,7 +56,11 @@ from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
-HW_DECODER_LOAD = 0.65  # DALI's default share for the A100/H100 hardware JPEG decoder
+# Share of the JPEGs for the hardware JPEG decoder (A100/H100/H200). DALI's default is 0.65; 0.99
+# measured better on one H200 both alone (tree 24.2k vs 20.3k img/s, shards 24.9k vs 21.0k) and
+# under ResNet-50 training (2 GPUs: 0.91 vs 0.84 of the synthetic ceiling): the hardware engine
+# frees the SMs that training needs. BENCHMARKS.md, "Loaders" and "verify".
+HW_DECODER_LOAD = 0.99
 
 
 def _pipe_seed(seed: int, rank: int, epoch: int) -> int:
@@ -111,7 +117,7 @@ class DaliLoader(LoaderBase):
         prefetch: int = 2,
         shuffle_buffer: int = 4096,
         hw_decoder_load: float = HW_DECODER_LOAD,
-        dont_use_mmap: bool = False,
+        dont_use_mmap: bool | None = None,
         **common,
     ) -> None:
         require_dali()
@@ -121,7 +127,9 @@ class DaliLoader(LoaderBase):
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
-        self.dont_use_mmap = bool(dont_use_mmap)
+        # None: plain reads for image trees (one mmap + munmap per small file cost DALI's reader
+        # 10-20% on the H200 host), mapping for shards (a few large files: faster mapped there)
+        self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
         self.gpu = self.device.type == "cuda"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []

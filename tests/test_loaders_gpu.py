@@ -48,3 +48,12 @@ def test_batches_on_the_gpu(tiny_gpu, backend, kind, dtype, channels_last):
         batches += 1
     assert batches == len(loader) and seen == set(range(300))
     loader.close()
+
+
+def test_high_priority_stream_has_the_devices_highest_priority():
+    from loaders import high_priority_stream
+
+    stream = high_priority_stream()
+    _, highest = torch.cuda.Stream.priority_range()
+    assert stream is not None and stream.priority == highest
+    assert highest < torch.cuda.current_stream().priority  # above the default stream's

@@ -132,3 +132,16 @@ def test_tar_walker_rejects_a_corrupt_header(tmp_path, dataset):
     bad.write_bytes(bytes(data))
     (sample,) = list(ShardSource(str(tmp_path), [str(bad)], [len(data)]).iter_samples([0]))
     assert "checksum" in sample.error
+
+
+def test_header_checksum_is_the_exact_byte_sum():
+    """The Adler-32 shortcut equals the ustar rule (sum of bytes, checksum field as spaces)."""
+    import random
+
+    from feedbench.sources.local import _header_sum
+
+    rng = random.Random(0)
+    headers = [bytes(rng.getrandbits(8) for _ in range(512)) for _ in range(200)]
+    headers += [b"\xff" * 512, b"\0" * 512, b"\x01" * 512]
+    for h in headers:
+        assert _header_sum(h) == sum(h[:148]) + 8 * 32 + sum(h[156:])

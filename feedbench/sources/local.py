@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -188,8 +189,28 @@ class TarFormatError(Exception):
 def _octal(field: bytes) -> int:
     if field and field[0] & 0x80:  # GNU base-256 for sizes of 8 GiB and more
         return int.from_bytes(field[1:], "big")
+    try:
+        return int(field.rstrip(b" \0"), 8)  # the usual "0001234\0" or "012345\0 "
+    except ValueError:
+        pass
     text = field.split(b"\0", 1)[0].strip()
     return int(text, 8) if text else 0
+
+
+def _header_sum(header: bytes) -> int:
+    """The ustar checksum: the unsigned sum of the header's bytes, its checksum field as 8 spaces.
+
+    Summed by zlib's Adler-32 (component A = 1 + the sum of the bytes, modulo 65521) over pieces
+    of at most 256 bytes, whose sums (≤ 65,280) never wrap: exact, and 5× faster than ``sum()``
+    on bytes, which costs ~2.7 µs a header (two headers per sample).
+    """
+    return (
+        (zlib.adler32(header[:148]) & 0xFFFF)
+        + (zlib.adler32(header[156:412]) & 0xFFFF)
+        + (zlib.adler32(header[412:512]) & 0xFFFF)
+        - 3
+        + 8 * 32
+    )
 
 
 def _pax_path(payload: bytes) -> tuple[str | None, int | None]:
@@ -220,8 +241,7 @@ def iter_tar(reader: _TimedReader) -> Iterator[tuple[str, bytes]]:
             raise TarFormatError("truncated header")
         if header == b"\0" * 512:
             return  # end-of-archive marker
-        expected = sum(header[:148]) + 256 + sum(header[156:])
-        if _octal(header[148:156]) != expected:
+        if _octal(header[148:156]) != _header_sum(header):
             raise TarFormatError("bad header checksum")
         size = _octal(header[124:136])
         if pax_size is not None:
