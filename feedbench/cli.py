@@ -437,6 +437,45 @@ def verify(
         raise FeedbenchError(f"{problem} (partial results in {target})")
 
 
+@app.command()
+def compare(
+    results: Annotated[
+        list[Path], typer.Argument(help="Two or more scan results files (feedbench scan --json).")
+    ],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", "-L", help="A name per file, in order (default: the file names)."),
+    ] = None,
+    pass_name: Annotated[
+        str, typer.Option("--pass", help="Which pass to compare: cold (default) or warm.")
+    ] = "cold",
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the comparison as JSON here.")
+    ] = None,
+    plot: Annotated[
+        Path | None,
+        typer.Option(help="Write the scaling curves as a PNG here (default: beside --json)."),
+    ] = None,
+) -> None:
+    """Put several scan results side by side: throughput per consumer count, bottleneck, how many
+    GPUs each feeds, which differences are larger than the measurements' spread."""
+    from feedbench import compare as cmp_mod
+    from feedbench.render import render_compare
+
+    cmp = cmp_mod.compare([str(p) for p in results], label, pass_name.strip().lower())
+    render_compare(cmp, out)
+    if json_out is not None:
+        cmp_mod.save(cmp, json_out)
+        out.print(f"comparison: {json_out}")
+    target = plot or (json_out.with_suffix(".png") if json_out is not None else None)
+    if target is not None:
+        from feedbench.plots import compare_plot
+
+        written = compare_plot(cmp, target)
+        if written:
+            out.print(f"plot: {written}")
+
+
 def main() -> None:
     try:
         app()
