@@ -254,7 +254,7 @@ def run_rank(
         for pass_name in config.passes:
             for repeat in range(1, config.repeat + 1):
                 state, warnings = CacheState(pass_name, None), []
-                if local_rank == 0:
+                if local_rank == 0 and not source.remote:
                     state, warnings = prepare_cache(pass_name, source.files(), config.drop_caches)
                 tdist.barrier()
                 monitor = (
@@ -482,7 +482,13 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         warnings=list(notes) + p.warnings,
     )
     ram = psutil.virtual_memory().total
-    if dataset.bytes < 5 * ram:
+    if source.remote:
+        result.warnings.append(
+            "remote source: 'cold' means this machine holds no copy (reads bypass any client "
+            "cache); the server's own caches are out of feedbench's reach, so a second pass may "
+            "be served from its memory"
+        )
+    elif dataset.bytes < 5 * ram:
         result.warnings.append(
             f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× RAM ({ram / 1e9:.0f} GB): "
             "in training it would stay in the page cache after the first epoch; the cold pass "
@@ -508,6 +514,13 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
     if config.find_max and p.step_s <= 0:
         raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
     source, notes = open_source(config)
+    if source.remote and (config.direct or config.drop_caches):
+        raise FeedbenchError(
+            f"--{'direct' if config.direct else 'drop-caches'} controls this machine's page "
+            f"cache; {config.path} is read over the network"
+        )
+    if source.remote and config.loader is not None:
+        raise FeedbenchError("--loader reads local paths; scan the URL without --loader")
     if config.direct:
         _check_direct(source)
     biggest = max(config.consumers)

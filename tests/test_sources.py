@@ -63,8 +63,8 @@ def test_bad_paths(tmp_path):
         detect(str(tmp_path / "docs" / "readme.txt"))
     with pytest.raises(FeedbenchError, match="shard not found"):
         detect(str(tmp_path / "x-{0..3}.tar"))
-    with pytest.raises(FeedbenchError, match="not supported yet"):
-        detect("s3://bucket/data")
+    with pytest.raises(FeedbenchError, match="unsupported URL scheme gs://"):
+        detect("gs://bucket/data")  # s3:// and http(s):// are read: tests/test_remote.py
 
 
 def test_format_mismatch(dataset, tmp_path):

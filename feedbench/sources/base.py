@@ -28,6 +28,7 @@ class Source(ABC):
     root: str
     direct: bool = False  # read with O_DIRECT (no page cache)
     latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
+    remote: bool = False  # read over the network (fsspec): no page cache to control here
 
     def set_options(self, *, direct: bool = False, latency_s: float = 0.0) -> None:
         self.direct, self.latency_s = direct, latency_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 from feedbench.errors import FeedbenchError
 from feedbench.sources.base import Source
@@ -11,7 +12,7 @@ from feedbench.sources.local import ShardSource, TreeSource
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp")
 FORMATS = ("auto", "tree", "shards")
-REMOTE_PREFIXES = ("s3://", "http://", "https://", "gs://")
+REMOTE_PREFIXES = ("s3://", "http://", "https://")
 
 
 def _expand(pattern: str) -> list[str]:
@@ -38,7 +39,15 @@ def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
     if fmt not in FORMATS:
         raise FeedbenchError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
     if path.startswith(REMOTE_PREFIXES):
-        raise FeedbenchError(f"remote sources are not supported yet: {path} (mount it, or copy it)")
+        from feedbench.sources.remote import detect_remote
+
+        return detect_remote(path, fmt)
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+        scheme = path.split("://", 1)[0]
+        raise FeedbenchError(
+            f"unsupported URL scheme {scheme}:// (feedbench reads s3://, http:// and https://; "
+            "mount other stores and scan the mount)"
+        )
     if "{" in path or glob.has_magic(path):
         paths = _expand(path)
         if not paths:

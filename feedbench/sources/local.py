@@ -301,14 +301,20 @@ class ShardSource(Source):
         for i in unit_indices:
             yield from self._iter_shard(str(self._shards[i]))
 
+    def _open_reader(self, path: str) -> _TimedReader:
+        return _TimedReader(path, direct=self.direct)
+
     def _iter_shard(self, path: str) -> Iterator[RawSample]:
         t_open = time.perf_counter()
         if self.latency_s > 0:
             time.sleep(self.latency_s)
         try:
-            reader = _TimedReader(path, direct=self.direct)
-        except OSError as e:
-            yield RawSample(path, None, None, 0, 0.0, f"unreadable shard: {e.strerror or e}")
+            reader = self._open_reader(path)
+        except Exception as e:  # OSError here; a remote store's own errors for remote shards
+            if not isinstance(e, OSError) and not self.remote:
+                raise
+            why = getattr(e, "strerror", None) or " ".join(str(e).split()) or type(e).__name__
+            yield RawSample(path, None, None, 0, 0.0, f"unreadable shard: {why}")
             return
         reader.seconds += time.perf_counter() - t_open  # emulated latency and open() count as read
         name = os.path.basename(path)
@@ -338,6 +344,10 @@ class ShardSource(Source):
                 yield self._emit(name, current, image, label, reader, mark_bytes, mark_s)
         except (TarFormatError, OSError) as e:
             error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
+        except Exception as e:  # a remote store's transport errors mid-shard
+            if not self.remote:
+                raise
+            error = f"shard read failed after {reader.bytes} bytes ({' '.join(str(e).split())})"
         finally:
             reader.close()
         if error is not None:
