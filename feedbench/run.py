@@ -546,6 +546,15 @@ def scan(
     result so far, marked partial.
     """
     source, notes, p = validate(config)
+    if not source.remote:
+        return _scan(config, source, notes, p, on_update, on_count, on_progress)
+    from feedbench.sources.remote import shared_listing
+
+    with shared_listing(source, config.path, config.fmt):  # consumers do not list it again
+        return _scan(config, source, notes, p, on_update, on_count, on_progress)
+
+
+def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanResult:
     result = new_result(config, source, notes, p)
     cores = os.cpu_count() or 1
     done: dict[int, bool] = {}

@@ -179,3 +179,24 @@ def test_a_vanished_object_is_counted_not_fatal(s3_env):
         local.write_bytes(saved)
     assert got[0].data is None and got[0].error and got[0].read_bytes == 0
     assert all(s.error is None and s.data for s in got[1:])
+
+
+def test_consumers_take_the_parents_listing_instead_of_listing_again(s3_env, monkeypatch):
+    from feedbench.sources import remote
+
+    url = s3_env["http"] + "/shards/"
+    source, _ = remote.detect_remote(url, "auto")
+    with remote.shared_listing(source, url, "auto"):
+
+        def no_network(u):
+            raise AssertionError("listed again")
+
+        monkeypatch.setattr(remote, "filesystem", no_network)
+        again, _ = remote.detect_remote(url, "auto")
+        other = None
+        with pytest.raises(AssertionError, match="listed again"):
+            other = remote.detect_remote(url, "tree")  # another question: not the shared answer
+    assert other is None
+    assert type(again) is type(source) and list(again.files()) == list(source.files())
+    assert again.total_bytes() == source.total_bytes() > 0
+    assert remote.LISTING_ENV not in __import__("os").environ

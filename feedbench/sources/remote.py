@@ -17,8 +17,11 @@ Cache control does not reach a remote server: a "cold" pass means this machine h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -204,10 +207,58 @@ def _sizes(fs, urls: list[str]) -> list[int]:
         return list(pool.map(size, urls))
 
 
+LISTING_ENV = "FEEDBENCH_REMOTE_LISTING"
+
+
+@contextlib.contextmanager
+def shared_listing(source: Source, url: str, fmt: str):
+    """Hand this listing to the consumer processes started meanwhile (they inherit the
+    environment), so that N consumers do not list the bucket N more times (and, over HTTP, ask
+    every object's size again)."""
+    folder = tempfile.mkdtemp(prefix="feedbench-listing-")
+    path = os.path.join(folder, "listing.npz")
+    np.savez(
+        path,
+        url=np.array(url),
+        fmt=np.array(fmt),
+        kind=np.array(source.kind),
+        root=np.array(getattr(source, "root", url)),
+        files=np.asarray(source.files(), dtype=str),
+        sizes=np.asarray(getattr(source, "_sizes", []), dtype=np.int64),
+    )
+    before = os.environ.get(LISTING_ENV)
+    os.environ[LISTING_ENV] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(LISTING_ENV, None)
+        else:
+            os.environ[LISTING_ENV] = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _shared(url: str, fmt: str) -> Source | None:
+    path = os.environ.get(LISTING_ENV)
+    if not path or not os.path.isfile(path):
+        return None
+    with np.load(path) as z:
+        if str(z["url"]) != url or str(z["fmt"]) != fmt:
+            return None
+        files, sizes = [str(f) for f in z["files"]], [int(x) for x in z["sizes"]]
+        kind, root = str(z["kind"]), str(z["root"])
+    if kind == "tree":
+        return RemoteTreeSource(root, files, sizes)
+    return RemoteShardSource(root, files, sizes)
+
+
 def detect_remote(url: str, fmt: str) -> tuple[Source, list[str]]:
     """The source at a URL: one .tar object, or a prefix / folder holding images or shards."""
     from feedbench.sources.detect import IMAGE_EXTENSIONS
 
+    shared = _shared(url, fmt)
+    if shared is not None:
+        return shared, []
     fs = filesystem(url)
     proto = protocol(url)
     try:
