@@ -1,6 +1,7 @@
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from feedbench.errors import FeedbenchError
@@ -145,3 +146,38 @@ def test_header_checksum_is_the_exact_byte_sum():
     headers += [b"\xff" * 512, b"\0" * 512, b"\x01" * 512]
     for h in headers:
         assert _header_sum(h) == sum(h[:148]) + 8 * 32 + sum(h[156:])
+
+
+def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
+    """views=True: every image's bytes, taken before the next sample, equal tarfile's, whether
+    the image lies inside one read buffer (a view), straddles two (a copy), or is followed by a
+    member that makes the reader refill before the sample is complete (the view is copied)."""
+    import io
+    import tarfile
+
+    from feedbench.sources.local import ShardSource
+
+    rng = np.random.default_rng(3)
+    expected = {}
+    path = tmp_path / "big.tar"
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(40):
+            key = f"s{i:03d}"
+            members = [(f"{key}.jpg", rng.bytes(int(rng.integers(1, 900_000))))]
+            if i % 7 == 3:  # a large member between the image and the label: refills first
+                members.append((f"{key}.json", rng.bytes(2_500_000)))
+            members.append((f"{key}.cls", str(i % 5).encode()))
+            expected[key] = (members[0][1], i % 5)
+            for name, data in members:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    src = ShardSource(str(tmp_path), [str(path)], [path.stat().st_size])
+    got, kinds = {}, set()
+    for s in src.iter_samples([0], views=True):
+        kinds.add(type(s.data).__name__)
+        got[s.key.rpartition(":")[2]] = (bytes(s.data), s.label)  # used before the next one
+    assert got == expected
+    assert kinds == {"memoryview", "bytes"}  # both paths were taken
+    copies = {s.key: (s.data, s.label) for s in src.iter_samples([0])}
+    assert {k.rpartition(":")[2]: v for k, v in copies.items()} == expected

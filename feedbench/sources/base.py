@@ -12,7 +12,7 @@ class RawSample:
     """One sample's bytes as read from storage, or why it could not be read."""
 
     key: str  # file path, or "shard.tar:key" for shards
-    data: bytes | None
+    data: bytes | memoryview | None  # a memoryview only with iter_samples(views=True)
     label: int | None
     read_bytes: (
         int  # bytes actually read from storage for this sample (payload + container overhead)
@@ -50,5 +50,9 @@ class Source(ABC):
         """Number of samples if known without reading (tree), else None (shards)."""
 
     @abstractmethod
-    def iter_samples(self, unit_indices: Sequence[int]) -> Iterator[RawSample]:
-        """Read the given units in order, yielding one record per sample (or per failure)."""
+    def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
+        """Read the given units in order, yielding one record per sample (or per failure).
+
+        ``views=True``: a sample's ``data`` may be a memoryview that is valid only until the next
+        sample is asked for (no copy out of a read buffer); for consumers done with each sample
+        before taking the next."""

@@ -107,8 +107,8 @@ class TreeSource(Source):
     def label(self, index: int) -> int:
         return int(self._labels[index])
 
-    def iter_samples(self, unit_indices: Sequence[int]) -> Iterator[RawSample]:
-        for i in unit_indices:
+    def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
+        for i in unit_indices:  # views: whole-file reads return their own bytes anyway
             path = str(self._paths[i])
             label = int(self._labels[i])
             try:
@@ -121,7 +121,12 @@ class TreeSource(Source):
 
 
 class _TimedReader:
-    """Reads a file in 1 MiB calls into a reused buffer, counting bytes and seconds of reading."""
+    """Reads a file in 1 MiB calls into a reused buffer, counting bytes and seconds of reading.
+
+    ``read(n, view=True)`` may return a view into the buffer instead of a copy; a caller that
+    keeps such a view across further reads must ``pin`` it: before the buffer is refilled, every
+    pinned view is replaced by a copy of its bytes (``holder[0]``), so what it sees never changes.
+    """
 
     def __init__(self, path: str, *, direct: bool = False) -> None:
         self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
@@ -130,8 +135,27 @@ class _TimedReader:
         self.eof = False
         self.bytes = 0
         self.seconds = 0.0
+        self._pinned: list[list] = []
+
+    def pin(self, view) -> list:
+        """A holder ``[view]`` whose item becomes a copy before the buffer under it changes."""
+        holder = [view]
+        if isinstance(view, memoryview):
+            self._pinned.append(holder)
+        return holder
+
+    def release(self) -> None:
+        """The pinned views are no longer used: no copy needed at the next refill."""
+        self._pinned.clear()
+
+    def _materialize(self) -> None:
+        for holder in self._pinned:
+            holder[0] = bytes(holder[0])
+        self._pinned.clear()
 
     def _fill(self) -> None:
+        if self._pinned:
+            self._materialize()
         t0 = time.perf_counter()
         n = os.readv(self._fd, [self._mv])
         self.seconds += time.perf_counter() - t0
@@ -140,12 +164,13 @@ class _TimedReader:
         if n == 0:
             self.eof = True
 
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes (fewer only at the end of the file)."""
+    def read(self, n: int, view: bool = False) -> bytes | memoryview:
+        """Up to ``n`` bytes (fewer only at the end of the file); with ``view``, a view into the
+        buffer when the bytes lie in it (valid until the next refill: see :meth:`pin`)."""
         if n <= self._end - self._start:
-            out = bytes(self._mv[self._start : self._start + n])
+            out = self._mv[self._start : self._start + n]
             self._start += n
-            return out
+            return out if view else bytes(out)
         parts = [bytes(self._mv[self._start : self._end])]
         need = n - len(parts[0])
         self._start = self._end
@@ -225,11 +250,13 @@ def _pax_path(payload: bytes) -> tuple[str | None, int | None]:
     return path, size
 
 
-def iter_tar(reader: _TimedReader) -> Iterator[tuple[str, bytes]]:
+def iter_tar(reader: _TimedReader, views: bool = False) -> Iterator[tuple[str, bytes]]:
     """(member name, payload) for each regular file, walking the 512-byte headers in place.
 
     Reads ustar, GNU long names and pax path/size records; other special members are skipped.
     Raises :class:`TarFormatError` on a truncated stream or a header whose checksum is wrong.
+    With ``views``, a payload that lies within the read buffer is a view into it (no copy):
+    valid until the reader refills, unless pinned (:meth:`_TimedReader.pin`).
     """
     long_name: str | None = None
     pax_size: int | None = None
@@ -265,7 +292,7 @@ def iter_tar(reader: _TimedReader) -> Iterator[tuple[str, bytes]]:
                 prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8", "replace")
                 name = f"{prefix}/{name}"
         if kind in (b"0", b"\0", b"7"):
-            data = reader.read(size)
+            data = reader.read(size, views)
             if len(data) < size:
                 raise TarFormatError(f"truncated member {name}")
             if reader.skip(padded - size) < padded - size:
@@ -297,14 +324,17 @@ class ShardSource(Source):
     def samples_hint(self) -> int | None:
         return None
 
-    def iter_samples(self, unit_indices: Sequence[int]) -> Iterator[RawSample]:
+    def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
+        """With ``views``, an image's bytes may be a view into the read buffer, valid until the
+        next sample is asked for: for a consumer that is done with each sample before the next
+        (the scan's stages), it saves one copy of every image."""
         for i in unit_indices:
-            yield from self._iter_shard(str(self._shards[i]))
+            yield from self._iter_shard(str(self._shards[i]), views)
 
     def _open_reader(self, path: str) -> _TimedReader:
         return _TimedReader(path, direct=self.direct)
 
-    def _iter_shard(self, path: str) -> Iterator[RawSample]:
+    def _iter_shard(self, path: str, views: bool = False) -> Iterator[RawSample]:
         t_open = time.perf_counter()
         if self.latency_s > 0:
             time.sleep(self.latency_s)
@@ -319,29 +349,32 @@ class ShardSource(Source):
         reader.seconds += time.perf_counter() - t_open  # emulated latency and open() count as read
         name = os.path.basename(path)
         current: str | None = None
-        image: bytes | None = None
+        image: list | None = None  # [bytes or a pinned view into the reader's buffer]
         label: int | None = None
         mark_bytes, mark_s = 0, 0.0
         error: str | None = None
         try:
-            for member, data in iter_tar(reader):
+            for member, data in iter_tar(reader, views):
                 key, _, ext = member.rpartition(".")
                 if key != current and current is not None:
-                    yield self._emit(name, current, image, label, reader, mark_bytes, mark_s)
+                    img = image[0] if image is not None else None
+                    yield self._emit(name, current, img, label, reader, mark_bytes, mark_s)
+                    reader.release()  # the consumer is done with that sample's view
                     mark_bytes, mark_s = reader.bytes, reader.seconds
                     image, label = None, None
                 current = key
                 ext = ext.lower()
                 if ext in ("jpg", "jpeg", "png", "webp"):
-                    image = data
+                    image = reader.pin(data)  # copied if the buffer is refilled before the emit
                 elif "." + ext in LABEL_EXTENSIONS:
                     try:
-                        label = int(data.decode().strip())
+                        label = int(bytes(data).decode().strip())
                     except (ValueError, UnicodeDecodeError):
                         label = None
             reader.drain()  # the archive's end padding too, as any whole-object reader reads it
             if current is not None:
-                yield self._emit(name, current, image, label, reader, mark_bytes, mark_s)
+                img = image[0] if image is not None else None
+                yield self._emit(name, current, img, label, reader, mark_bytes, mark_s)
         except (TarFormatError, OSError) as e:
             error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
         except Exception as e:  # a remote store's transport errors mid-shard

@@ -80,8 +80,10 @@ class _StreamReader(_TimedReader):
         self.eof = False
         self.bytes = 0
         self.seconds = open_s
+        self._pinned = []
 
     def _fill(self) -> None:
+        self._pinned.clear()  # each chunk is its own bytes object: older views stay valid
         if self.eof:
             return
         t0 = time.perf_counter()
@@ -150,8 +152,8 @@ class RemoteTreeSource(Source):
     def label(self, index: int) -> int:
         return int(self._labels[index])
 
-    def iter_samples(self, unit_indices: Sequence[int]) -> Iterator[RawSample]:
-        for i in unit_indices:
+    def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
+        for i in unit_indices:  # views: every object arrives as its own bytes anyway
             url = str(self._urls[i])
             label = int(self._labels[i])
             t0 = time.perf_counter()
