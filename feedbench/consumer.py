@@ -183,7 +183,7 @@ def run_consumer(
     progress: Callable[[int], None] | None = None,
     batches: Iterable[tuple[Any, BatchTimes]] | None = None,
     loader_name: str | None = None,
-) -> tuple[ConsumerStats, list[SampleError]]:
+) -> tuple[ConsumerStats, list[SampleError], dict[str, np.ndarray]]:
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
 
     Data wait = time blocked in ``next()`` plus the pinned host→GPU copy; measured steps are those
@@ -351,7 +351,9 @@ def run_consumer(
         data_wait=percentiles(waits),
         au=accelerator_utilisation(step_total, wait_total, sync_total),
     )
-    return stats, errors
+    # every read's latency, for percentiles over all consumers' reads (not kept in the results)
+    raw = {"read": np.asarray(read_latencies, dtype=np.float32)}
+    return stats, errors, raw
 
 
 def _barrier_cost(flag: torch.Tensor, group: Any, repeats: int = 20) -> float:
@@ -404,8 +406,14 @@ def _shares(stats: list[StageStats]) -> None:
         s.share = s.busy_s / total if total > 0 else 0.0
 
 
-def merge_stages(per_consumer: Sequence[Sequence[StageStats]]) -> list[StageStats]:
-    """Sum stage busy time, samples and bytes over consumers; rates are per worker (per core)."""
+def merge_stages(
+    per_consumer: Sequence[Sequence[StageStats]],
+    latencies: dict[str, np.ndarray] | None = None,
+) -> list[StageStats]:
+    """Sum stage busy time, samples and bytes over consumers; rates are per worker (per core).
+
+    Latency percentiles come from ``latencies`` (every consumer's raw values for a stage, pooled)
+    when given; otherwise each percentile is the worst consumer's (an upper bound)."""
     order: list[str] = []
     acc: dict[str, _Clock] = {}
     lat: dict[str, list[Percentiles]] = {}
@@ -433,7 +441,10 @@ def merge_stages(per_consumer: Sequence[Sequence[StageStats]]) -> list[StageStat
             out.append(unavailable[name])
             continue
         merged = _stats(name, acc[name])
-        if lat.get(name):  # percentiles of percentiles are not percentiles: report the worst
+        pooled = (latencies or {}).get(name)
+        if pooled is not None and len(pooled):
+            merged.latency = percentiles(pooled)
+        elif lat.get(name):  # percentiles of percentiles are not percentiles: report the worst
             ps = lat[name]
             merged.latency = Percentiles(
                 max(p.p50_s for p in ps),

@@ -269,7 +269,7 @@ def run_rank(
 
                     loader.set_epoch(epoch)
                     batches = loader_batches(loader)
-                stats, errors = run_consumer(
+                stats, errors, raw = run_consumer(
                     source,
                     units,
                     config.stages,
@@ -287,13 +287,13 @@ def run_rank(
                 )
                 timeline = monitor.stop() if monitor is not None else None
                 gathered: list[Any] | None = [None] * world if rank == 0 else None
-                tdist.gather_object((stats, errors), gathered, dst=0)
+                tdist.gather_object((stats, errors, raw), gathered, dst=0)
                 if rank == 0 and on_measurement is not None:
                     assert gathered is not None
                     m = build_measurement(
                         gathered, world, workers, pass_name, repeat, state, timeline
                     )
-                    errs = [e for _, es in gathered for e in es]
+                    errs = [e for _, es, _ in gathered for e in es]
                     on_measurement(RankOutcome(m, errs, warnings))
                 epoch += 1
         if loader is not None:
@@ -314,7 +314,11 @@ def _start_monitor(label: str, config: ScanConfig):
 
 
 def build_measurement(gathered, world, workers, pass_name, repeat, state, timeline) -> Measurement:
-    stats = sorted((s for s, _ in gathered), key=lambda s: s.rank)
+    stats = sorted((s for s, _, _ in gathered), key=lambda s: s.rank)
+    pooled = {
+        name: np.concatenate([raw[name] for _, _, raw in gathered if name in raw])
+        for name in {n for _, _, raw in gathered for n in raw}
+    }
     wall = max(s.wall_s for s in stats)
     samples = sum(s.samples for s in stats)
     read_bytes = sum(s.read_bytes for s in stats)
@@ -338,7 +342,7 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         steady_samples_per_s=float(sum(steady)) if all(x is not None for x in steady) else None,
         mb_per_s=read_bytes / wall / 1e6 if wall > 0 else 0.0,
         files_per_s=files / wall if wall > 0 else 0.0,
-        stages=merge_stages([s.stages for s in stats]),
+        stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,
         au_mean=float(np.mean(aus)) if aus else None,

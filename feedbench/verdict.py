@@ -83,7 +83,7 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     if read is not None and read.latency is not None:
         evidence.append(
             f"read latency p50 {read.latency.p50_s * 1e3:.2f} ms, "
-            f"p99 {read.latency.p99_s * 1e3:.2f} ms (worst consumer)"
+            f"p99 {read.latency.p99_s * 1e3:.2f} ms (all consumers' reads)"
         )
     waits = sum(c.data_wait_s for c in top.per_consumer)
     # waiting for a slower consumer = sync wait beyond the barrier's own cost on every step

@@ -326,3 +326,24 @@ def test_scan_measures_a_training_loader(dataset, backend, layout, n):
 def test_unknown_loader_is_one_clear_error(dataset, cli):
     r = cli("scan", str(dataset / "images"), "--loader", "ffcv")
     assert r.code == 2 and r.err.startswith("error: unknown loader 'ffcv'")
+
+
+def test_merged_read_latency_is_over_every_read_of_every_consumer():
+    """Pooled percentiles, not the worst consumer's: a fast and a slow consumer's reads."""
+    import numpy as np
+
+    from feedbench.consumer import merge_stages
+    from feedbench.results import StageStats, percentiles
+
+    fast = np.full(900, 0.001, np.float32)
+    slow = np.full(100, 0.050, np.float32)
+
+    def stage(lat):
+        return [StageStats("read", len(lat), float(lat.sum()), 0, 0.0, 0.0, 0.0, percentiles(lat))]
+
+    merged = merge_stages([stage(fast), stage(slow)], {"read": np.concatenate([fast, slow])})
+    got = merged[0].latency
+    assert got.p50_s == pytest.approx(0.001) and got.max_s == pytest.approx(0.050)
+    assert got.p95_s == pytest.approx(0.050)  # 10% of all reads are slow: p95 is slow, p50 not
+    worst = merge_stages([stage(fast), stage(slow)])[0].latency  # no raw values: upper bound
+    assert worst.p50_s == pytest.approx(0.050) and worst.p50_s > got.p50_s
