@@ -478,6 +478,16 @@ def render_verify(result: VerifyResult, console) -> None:
         f"host {result.host.hostname}: {result.host.cpu_count} cores"
         + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
     )
+    tuned = [
+        f"{name}: " + ", ".join(f"{k}={v}" for k, v in opts.items())
+        for name, opts in (cfg.get("options_per_loader") or {}).items()
+    ]
+    if cfg.get("stream_priority", "normal") != "normal":
+        tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("workers") is not None:
+        tuned.append(f"{cfg['workers']} loader workers / DALI threads per rank")
+    if tuned:
+        console.print("settings: " + "; ".join(escape(t) for t in tuned))
     order = loaders_in(result)
     runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
 

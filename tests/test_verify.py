@@ -256,6 +256,7 @@ def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
     assert res.config["options_per_loader"] == {"torch": {"decoder": "nosuchdecoder"}}
     (run,) = res.runs
     assert run.status == "failed" and "nosuchdecoder" in (run.error or ""), run.error
+    assert "settings: torch: decoder=nosuchdecoder" in " ".join(r.out.split())
     assert "Traceback" not in r.err
 
 
