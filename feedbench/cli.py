@@ -476,6 +476,24 @@ def compare(
             out.print(f"plot: {written}")
 
 
+@app.command()
+def report(
+    results: Annotated[Path, typer.Argument(help="A results file of scan, verify or compare.")],
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Also write one self-contained HTML page here (tables and plots)."),
+    ] = None,
+) -> None:
+    """Show a results file again, as the command printed it (and as HTML with --html)."""
+    from feedbench import report as rep
+
+    kind, result = rep.load_any(results)
+    rep.render(kind, result, out)
+    if html is not None:
+        written = rep.write_html(kind, result, str(results), html)
+        out.print(f"html: {written}")
+
+
 def main() -> None:
     try:
         app()

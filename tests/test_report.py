@@ -1,0 +1,80 @@
+"""feedbench report: any results file shown again, on the console and as one HTML page."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def scan_json(tmp_path_factory, dataset):
+    out = tmp_path_factory.mktemp("rep") / "scan.json"
+    cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--consumers",
+           "1,2", "--stages", "read,decode", "--batch-size", "4", "--no-plots", "--json", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    return out
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_a_scan_is_shown_again_and_as_html_with_its_plots(cli, scan_json, tmp_path):
+    verdict = json.loads(scan_json.read_text())["verdict"]["text"]
+    page = tmp_path / "scan.html"
+    r = cli("report", str(scan_json), "--html", str(page))
+    assert r.code == 0, r.out + r.err
+    assert _flat(f"verdict: {verdict}") in _flat(r.out)
+    text = page.read_text()
+    assert text.startswith("<!doctype html>") and text.rstrip().endswith("</html>")
+    assert text.count("data:image/png;base64,") >= 2  # scaling and timeline
+    assert "scaling (samples/s" in text and "verdict" in text
+
+
+def test_a_verify_result_is_shown_again(cli, dataset, tmp_path):
+    out = tmp_path / "v.json"
+    args = ["--gpus", "1", "-l", "baseline", "--device", "cpu", "--steps", "3", "--warmup", "1",
+            "-b", "4", "--workers", "1", "--no-plots", "--json", str(out)]  # fmt: skip
+    r = cli("verify", str(dataset), *args)
+    assert r.code == 0, r.out + r.err
+    first = r.out
+    again = cli("report", str(out), "--html", str(tmp_path / "v.html"))
+    assert again.code == 0, again.err
+    line = next(ln for ln in first.splitlines() if ln.startswith("baseline:"))
+    assert _flat(line) in _flat(again.out)  # the same verdict, from the file
+    assert "data:image/png;base64," in (tmp_path / "v.html").read_text()
+
+
+def test_a_comparison_is_shown_again(cli, scan_json, tmp_path):
+    cmp = tmp_path / "c.json"
+    r = cli("compare", str(scan_json), str(scan_json), "-L", "a", "-L", "b", "--json", str(cmp))
+    assert r.code == 0, r.out + r.err
+    again = cli("report", str(cmp), "--html", str(tmp_path / "c.html"))
+    assert again.code == 0, again.err
+    assert "throughput by consumer count" in again.out
+    ranking = next(ln for ln in r.out.splitlines() if ln.startswith("at 1 consumer"))
+    assert _flat(ranking) in _flat(again.out)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, r"no such results file"),
+        ("{not json", r"is not a feedbench results file"),
+        ('{"schema_version": 2, "kind": "recipe"}', r"holds 'recipe' results: report reads scan"),
+        ('{"kind": "scan"}', r"no schema_version"),
+    ],
+)
+def test_bad_files_are_one_line_and_exit_2(cli, tmp_path, content, message):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    r = cli("report", str(path))
+    assert r.code == 2, r.out + r.err
+    assert re.search(r"^error: ", r.err) and re.search(message, _flat(r.err)), r.err
+    assert "Traceback" not in r.err
