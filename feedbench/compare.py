@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from feedbench.errors import FeedbenchError
-from feedbench.results import CurvePoint, ScanResult, load, now_utc, write_atomic
+from feedbench.results import SCHEMA_VERSION, CurvePoint, ScanResult, load, now_utc
 
 SAME_DATA_TOLERANCE = 0.01  # datasets whose bytes differ by more than this are "other data"
 NOISE_SIGMAS = 2.0  # a difference is real when it exceeds this many combined standard deviations
@@ -77,6 +77,7 @@ class Comparison:
     rankings: list[Ranking] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
 
 
 def _labels(paths: list[str], given: list[str] | None) -> list[str]:
@@ -287,14 +288,6 @@ def compare(
 
 
 def save(comparison: Comparison, path: str | os.PathLike[str]) -> None:
-    import json
+    from feedbench import results
 
-    from feedbench.results import SCHEMA_VERSION
-
-    doc = asdict(comparison) | {"schema_version": SCHEMA_VERSION}
-    for col in doc["columns"]:
-        col["points"] = {str(k): v for k, v in col["points"].items()}
-    try:
-        write_atomic(path, json.dumps(doc, indent=2) + "\n")
-    except OSError as e:
-        raise FeedbenchError(f"cannot write {path}: {e.strerror or e}") from e
+    results.save(comparison, path)

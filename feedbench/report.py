@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import json
 import os
 import tempfile
 from pathlib import Path
@@ -16,62 +15,23 @@ from typing import Any
 from rich.console import Console
 
 from feedbench.errors import FeedbenchError
-from feedbench.results import SCHEMA_VERSION, write_atomic
+from feedbench.results import write_atomic
 
 KINDS = ("scan", "verify", "compare")
 
 
-def kind_of(path: str | os.PathLike[str]) -> str:
-    """What a results file holds, or one clear error."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise FeedbenchError(f"no such results file: {path}") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from None
-    if not isinstance(data, dict) or "schema_version" not in data:
-        raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
-    kind = data.get("kind", "scan")
-    if kind not in KINDS:
-        raise FeedbenchError(f"{path} holds {kind!r} results: report reads {', '.join(KINDS)}")
-    return kind
-
-
-def load_comparison(path: str | os.PathLike[str]):
-    from feedbench.compare import Column, Comparison, Ranking
-    from feedbench.results import CurvePoint, from_dict
-
-    data = json.loads(Path(path).read_text())
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise FeedbenchError(
-            f"{path} has schema_version {data.get('schema_version')}; "
-            f"this feedbench reads {SCHEMA_VERSION}"
-        )
-    try:
-        columns = []
-        for col in data["columns"]:
-            points = {int(k): from_dict(CurvePoint, v) for k, v in col["points"].items()}
-            columns.append(from_dict(Column, {**col, "points": {}}))
-            columns[-1].points = points
-        cmp = from_dict(Comparison, {**data, "columns": [], "rankings": []})
-        cmp.columns = columns
-        cmp.rankings = [from_dict(Ranking, r) for r in data.get("rankings", [])]
-    except (KeyError, TypeError, ValueError) as e:
-        raise FeedbenchError(f"{path} does not match the compare results schema: {e}") from None
-    return cmp
-
-
 def load_any(path: str | os.PathLike[str]) -> tuple[str, Any]:
-    kind = kind_of(path)
-    if kind == "scan":
-        from feedbench.results import load
+    """(kind, result) of any results file, or one clear error."""
+    from feedbench import results
+    from feedbench.compare import Comparison
+    from feedbench.verify_results import VerifyResult
 
-        return kind, load(path)
-    if kind == "verify":
-        from feedbench.verify_results import load as load_verify
-
-        return kind, load_verify(path)
-    return kind, load_comparison(path)
+    data = results.read(path)
+    kind = data.get("kind", "scan")
+    classes = {"scan": results.ScanResult, "verify": VerifyResult, "compare": Comparison}
+    if kind not in classes:
+        raise FeedbenchError(f"{path} holds {kind!r} results: report reads {', '.join(KINDS)}")
+    return kind, results.load(path, kind, classes[kind], data)
 
 
 def render(kind: str, result: Any, console: Console) -> None:

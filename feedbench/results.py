@@ -257,8 +257,9 @@ def _build(tp: Any, value: Any) -> Any:
         (inner,) = typing.get_args(tp) or (Any,)
         return [_build(inner, v) for v in value]
     if origin is dict:
-        _, inner = typing.get_args(tp) or (str, Any)
-        return {k: _build(inner, v) for k, v in value.items()}
+        key, inner = typing.get_args(tp) or (str, Any)
+        # JSON keys are strings: dict[int, ...] gets its int keys back
+        return {(int(k) if key is int else k): _build(inner, v) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
         return from_dict(tp, value)
     if tp is float and isinstance(value, int):
@@ -298,9 +299,8 @@ def save(result: Any, path: str | os.PathLike[str]) -> None:
         raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
 
 
-def load(path: str | os.PathLike[str], kind: str = "scan", cls: type | None = None) -> Any:
-    """Read a results file of ``kind`` into ``cls`` (default: :class:`ScanResult`)."""
-    cls = cls or ScanResult
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A results file's JSON, of any kind (``data["kind"]``, default "scan"), or one clear error."""
     try:
         data = json.loads(Path(path).read_text())
     except FileNotFoundError as e:
@@ -309,6 +309,20 @@ def load(path: str | os.PathLike[str], kind: str = "scan", cls: type | None = No
         raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
+    return data
+
+
+def load(
+    path: str | os.PathLike[str],
+    kind: str = "scan",
+    cls: type | None = None,
+    data: dict[str, Any] | None = None,
+) -> Any:
+    """Read a results file of ``kind`` into ``cls`` (default: :class:`ScanResult`); ``data``:
+    its JSON when already :func:`read`."""
+    cls = cls or ScanResult
+    if data is None:
+        data = read(path)
     if data.get("kind", "scan") != kind:
         raise FeedbenchError(f"{path} holds {data.get('kind')!r} results, not {kind} results")
     if data["schema_version"] != SCHEMA_VERSION:
