@@ -200,3 +200,24 @@ def test_consumers_take_the_parents_listing_instead_of_listing_again(s3_env, mon
     assert type(again) is type(source) and list(again.files()) == list(source.files())
     assert again.total_bytes() == source.total_bytes() > 0
     assert remote.LISTING_ENV not in __import__("os").environ
+
+
+def test_a_vanished_shard_is_one_error_not_a_crash(s3_env):
+    """A shard deleted after listing: one error record for it, the other shards are read."""
+    import numpy as np
+
+    from feedbench.sources.remote import detect_remote
+
+    source, _ = detect_remote(s3_env["s3"] + "/shards", "auto")
+    first = str(source.files()[0])
+    local = s3_env["root"] / first.split("s3://data/", 1)[1]
+    saved = local.read_bytes()
+    local.unlink()
+    try:
+        got = list(source.iter_samples(np.arange(2)))
+    finally:
+        local.write_bytes(saved)
+    # s3fs may open it (the listing knows its size) and fail on the first read: either way, one
+    # record that names what the store said
+    assert got[0].data is None and "shard" in got[0].error and "\n" not in got[0].error
+    assert len(got) == 1 + 6 and all(s.error is None and s.data for s in got[1:])

@@ -340,10 +340,8 @@ class ShardSource(Source):
             time.sleep(self.latency_s)
         try:
             reader = self._open_reader(path)
-        except Exception as e:  # OSError here; a remote store's own errors for remote shards
-            if not isinstance(e, OSError) and not self.remote:
-                raise
-            why = getattr(e, "strerror", None) or " ".join(str(e).split()) or type(e).__name__
+        except OSError as e:
+            why = e.strerror or " ".join(str(e).split()) or type(e).__name__
             yield RawSample(path, None, None, 0, 0.0, f"unreadable shard: {why}")
             return
         reader.seconds += time.perf_counter() - t_open  # emulated latency and open() count as read
@@ -377,10 +375,6 @@ class ShardSource(Source):
                 yield self._emit(name, current, img, label, reader, mark_bytes, mark_s)
         except (TarFormatError, OSError) as e:
             error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
-        except Exception as e:  # a remote store's transport errors mid-shard
-            if not self.remote:
-                raise
-            error = f"shard read failed after {reader.bytes} bytes ({' '.join(str(e).split())})"
         finally:
             reader.close()
         if error is not None:

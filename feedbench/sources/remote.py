@@ -70,6 +70,11 @@ def _one_line(e: BaseException) -> str:
     return text[:300]
 
 
+def _as_oserror(e: Exception) -> OSError:
+    """A store's own error (botocore, aiohttp) as the OSError the shard reader handles."""
+    return e if isinstance(e, OSError) else OSError(_one_line(e))
+
+
 class _StreamReader(_TimedReader):
     """The shard reader's interface over a remote file object: 1 MiB reads, each timed."""
 
@@ -87,7 +92,10 @@ class _StreamReader(_TimedReader):
         if self.eof:
             return
         t0 = time.perf_counter()
-        chunk = self._f.read(_READ_CHUNK)
+        try:
+            chunk = self._f.read(_READ_CHUNK)
+        except Exception as e:
+            raise _as_oserror(e) from e
         self.seconds += time.perf_counter() - t0
         n = len(chunk)
         self.bytes += n
@@ -106,10 +114,13 @@ class RemoteShardSource(ShardSource):
     def _open_reader(self, path: str) -> _TimedReader:
         fs = filesystem(path)
         t0 = time.perf_counter()
-        if protocol(path) == "s3":
-            f = fs.open(path, "rb", block_size=S3_BLOCK, cache_type="readahead")
-        else:
-            f = fs.open(path, "rb", block_size=0)  # one streamed GET
+        try:
+            if protocol(path) == "s3":
+                f = fs.open(path, "rb", block_size=S3_BLOCK, cache_type="readahead")
+            else:
+                f = fs.open(path, "rb", block_size=0)  # one streamed GET
+        except Exception as e:
+            raise _as_oserror(e) from e
         return _StreamReader(f, time.perf_counter() - t0)
 
 
