@@ -361,6 +361,13 @@ def verify(
             "loader's kernels yield to training's."
         ),
     ] = "normal",
+    cpu_affinity: Annotated[
+        str,
+        typer.Option(
+            help="inherit, or split: pin each rank (its loader threads and workers too) to its "
+            "own equal share of the cores this command may use."
+        ),
+    ] = "inherit",
     device: Annotated[str, typer.Option(help="auto, cuda or cpu.")] = "auto",
     synthetic: Annotated[
         bool, typer.Option(help="Also run synthetic data (on the GPU): the ceiling.")
@@ -401,6 +408,7 @@ def verify(
         workers=workers,
         loader_options=tuple(loader_option or ()),
         stream_priority=stream_priority.strip().lower(),
+        cpu_affinity=cpu_affinity.strip().lower(),
         device=device,
         seed=seed,
         target_au=target_au,

@@ -60,6 +60,7 @@ from feedbench.verify_worker import MODELS
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
 STREAM_PRIORITIES = ("normal", "high")
+CPU_AFFINITIES = ("inherit", "split")
 GPU_DEFAULTS = {"model": "resnet50", "image_size": 224, "batch_size": 256, "steps": 200,
                 "warmup": 20}  # fmt: skip
 CPU_DEFAULTS = {"model": "smallcnn", "image_size": 64, "batch_size": 16, "steps": 30, "warmup": 5}
@@ -82,6 +83,7 @@ class VerifyConfig:
     workers: int | None = None  # loader workers per rank (None: each loader's default)
     loader_options: tuple[str, ...] = ()  # [LOADER:]KEY=VALUE for the library loaders
     stream_priority: str = "normal"  # normal / high: the training stream's CUDA priority
+    cpu_affinity: str = "inherit"  # inherit / split: each rank pinned to its own share of the cores
     device: str = "auto"
     seed: int = 0
     num_classes: int = 1000
@@ -236,6 +238,10 @@ def plan(config: VerifyConfig) -> Plan:
         )
     if config.stream_priority != "normal" and device != "cuda":
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
+    if config.cpu_affinity not in CPU_AFFINITIES:
+        raise FeedbenchError(
+            f"--cpu-affinity takes {' or '.join(CPU_AFFINITIES)} (got {config.cpu_affinity!r})"
+        )
     if config.scaling == "strong":
         bad = [g for g in config.gpus if batch % g]
         if bad:
@@ -411,6 +417,8 @@ def worker_command(
         cmd += ["--option", f"{key}={value}"]
     if config.stream_priority != "normal":
         cmd += ["--stream-priority", config.stream_priority]
+    if config.cpu_affinity != "inherit":
+        cmd += ["--cpu-affinity", config.cpu_affinity]
     if config.fail_at_step is not None:
         cmd += ["--fail-at-step", str(config.fail_at_step)]
         if config.fail_rank is not None:
@@ -643,6 +651,7 @@ def run_one(
         run.log = log_path if log_dir else None
         run.monitor = timeline
         run.workers = next((s.workers for s in run.ranks if s.workers is not None), None)
+        run.cpus = [s.cpus for s in run.ranks] if any(s.cpus for s in run.ranks) else None
         run.epochs = max((max(s.epoch) + 1 for s in run.ranks if s.epoch), default=0)
         complete = (
             outcome.returncode == 0

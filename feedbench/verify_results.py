@@ -95,6 +95,7 @@ class StepSeries:
     peak_mem_bytes: int | None = None  # torch.cuda.max_memory_allocated (GPU only)
     batches_per_epoch: int | None = None
     workers: int | None = None
+    cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
     error: str | None = None
 
 
@@ -125,6 +126,7 @@ class VerifyRun:
     error: str | None = None
     source: str | None = None  # what the loader read
     workers: int | None = None  # loader workers per rank
+    cpus: list[str] | None = None  # each rank's cores (its CPU affinity), in rank order
     steps: int = 0  # measured steps (the fewest any rank completed)
     warmup_steps: int = 0
     epochs: int = 0  # epochs started (all steps)
@@ -484,6 +486,8 @@ def render_verify(result: VerifyResult, console) -> None:
     ]
     if cfg.get("stream_priority", "normal") != "normal":
         tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("cpu_affinity", "inherit") == "split":
+        tuned.append("each rank pinned to its own share of the cores")
     if cfg.get("workers") is not None:
         tuned.append(f"{cfg['workers']} loader workers / DALI threads per rank")
     if tuned:

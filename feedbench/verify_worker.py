@@ -287,11 +287,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--synthetic-batches", type=int, default=100)
     p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
     p.add_argument("--stream-priority", choices=("normal", "high"), default="normal")
+    p.add_argument("--cpu-affinity", choices=("inherit", "split"), default="inherit")
     p.add_argument("--out-dir", required=True)
     p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
     p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--fail-rank", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
+
+
+def share_of_cpus(cpus: set[int] | list[int], index: int, parts: int) -> list[int]:
+    """The ``index``-th of ``parts`` equal, contiguous shares of ``cpus`` (sorted)."""
+    ordered = sorted(cpus)
+    if parts < 1 or not 0 <= index < parts:
+        raise ValueError(f"share {index} of {parts}")
+    if len(ordered) < parts:
+        raise FeedbenchError(
+            f"--cpu-affinity split: {parts} ranks on this machine but only {len(ordered)} cores "
+            "to split"
+        )
+    return ordered[index * len(ordered) // parts : (index + 1) * len(ordered) // parts]
+
+
+def cpu_list(cpus) -> str:
+    """``{0, 1, 2, 5}`` → ``"0-2,5"`` (the kernel's own list format)."""
+    out: list[str] = []
+    ordered = sorted(cpus)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
 
 
 def write_part(path: str, series: StepSeries, done: bool) -> None:
@@ -322,6 +350,11 @@ def run(args: argparse.Namespace) -> int:
 
     exit_on_sigterm(last_words)
     try:
+        if args.cpu_affinity == "split":
+            # before CUDA, torch's thread pools and the loader start: their threads inherit it
+            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+            os.sched_setaffinity(0, share_of_cpus(os.sched_getaffinity(0), local_rank, local_world))
+        series.cpus = cpu_list(os.sched_getaffinity(0))
         if cuda:
             if not torch.cuda.is_available():
                 raise FeedbenchError("--device cuda, but CUDA is not available to this rank")

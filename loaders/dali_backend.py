@@ -140,7 +140,9 @@ class DaliLoader(LoaderBase):
         else:
             # one fixed, seeded order of the list: shards hold every class whatever the tree order
             self._order = np.random.default_rng([self.seed, 0xF11E]).permutation(len(index))
-        self._class_of = torch.from_numpy(index.labels).to(self.device)
+        # on the host: the batch's keys arrive there, and indexing a GPU table with host indices
+        # would copy them synchronously (a wait for the training stream every batch)
+        self._class_of = torch.from_numpy(index.labels)
         self._iterator = None
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
@@ -296,23 +298,31 @@ class DaliLoader(LoaderBase):
                 self._iterator = None
 
     def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One batch for the caller, without a host wait for the GPU.
+
+        The images are already on the device (DALI copies them on the caller's current stream);
+        labels are made on the host from the reader's CPU outputs and copied from pinned memory
+        with ``non_blocking``. A blocking copy here would make the host wait for the previous
+        training step every batch, so the step's first kernels would start on an idle GPU.
+        """
         images = out["images"][:n]
         extra = out["extra"][:n]
         if images.device != self.device:
             images = images.to(self.device, non_blocking=True)
-            extra = extra.to(self.device, non_blocking=True)
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)  # NHWC memory = NCHW channels_last
         if images.dtype != self.dtype:
             images = images.to(self.dtype)
+        extra = extra.cpu()  # the reader's outputs: already on the host in a GPU pipeline
         if self.index.kind == "tree":
             keys = extra.reshape(-1).to(torch.int64)
             labels = self._class_of[keys]
-            keys = keys.cpu()
         else:
             labels = parse_labels(extra)
             keys = self._shard_keys(out["source"][:n]) if "source" in out else torch.empty(0)
-        return images, labels.to(self.device, non_blocking=True), keys
+        if self.gpu:
+            labels = labels.pin_memory().to(self.device, non_blocking=True)
+        return images, labels, keys
 
     def _shard_keys(self, source: torch.Tensor) -> torch.Tensor:
         if self._key_of is None:

@@ -13,7 +13,8 @@
 #   scripts/bench_verify.sh strong   # resnet50, global batch 512 (512 on 1 GPU, 256 each on 2)
 #   scripts/bench_verify.sh tune     # our DALI loader at 2 GPUs (resnet50, 256 per GPU, 100
 #                                    # steps) under each tuning variant, beside the synthetic
-#                                    # ceiling: ~4 min. Variants: VARIANTS="name|options;..."
+#                                    # ceiling: ~35 s a run. Variants: VARIANTS="name|options;..."
+#                                    # REPEAT=K interleaved repeats, STEPS, GPUS, SYNTHETIC=0
 #
 # Environment: PY (python with torch, torchvision, nvidia-dali-cuda130; default python),
 # DATA (default /tmp/feedbench-verify-data, made here on first use: 8,192 ImageNet-like JPEGs in
@@ -53,23 +54,33 @@ case "$MODE" in
       --scaling weak --steps 200 --warmup 20 --json "$OUT/verify-weak.json"
     ;;
   tune)
-    # one verify per variant (its own --json), 2 GPUs only: the issue's goal is at 2 GPUs
+    # one verify per variant (its own --json), 2 GPUs only: the issue's goal is at 2 GPUs.
+    # REPEAT=K runs the synthetic ceiling and every variant K times, interleaved (files
+    # tune-NAME-rK.json; verify_table.py then compares each run with its own repeat's ceiling
+    # and prints mean ± std per variant). SYNTHETIC=0 skips the ceiling runs.
     GPUS=${GPUS:-2}
     STEPS=${STEPS:-100}
+    REPEAT=${REPEAT:-1}
+    SYNTHETIC=${SYNTHETIC:-1}
     VARIANTS=${VARIANTS:-"default|;hw99|-o dali:hw_decoder_load=0.99;high|--stream-priority high;\
 hw99-high|-o dali:hw_decoder_load=0.99 --stream-priority high;\
 hw99-high-t6|-o dali:hw_decoder_load=0.99 --stream-priority high --workers 6"}
     TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
       --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
-    "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader synthetic \
-      --json "$OUT/tune-synthetic.json" | grep -E "^(synthetic|summary)" || true
     IFS=';' read -ra ROWS <<< "$VARIANTS"
-    for row in "${ROWS[@]}"; do
-      name=${row%%|*}
-      opts=${row#*|}
-      # shellcheck disable=SC2086
-      "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader dali --no-synthetic $opts \
-        --json "$OUT/tune-$name.json" | grep -E "^dali" | sed "s/^/$name: /" || true
+    for r in $(seq 1 "$REPEAT"); do
+      suffix=$([ "$REPEAT" -gt 1 ] && echo "-r$r" || true)
+      if [ "$SYNTHETIC" != 0 ]; then
+        "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader synthetic \
+          --json "$OUT/tune-synthetic$suffix.json" | grep -E "^(synthetic|summary)" || true
+      fi
+      for row in "${ROWS[@]}"; do
+        name=${row%%|*}
+        opts=${row#*|}
+        # shellcheck disable=SC2086
+        "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader dali --no-synthetic $opts \
+          --json "$OUT/tune-$name$suffix.json" | grep -E "^dali" | sed "s/^/$name$suffix: /" || true
+      done
     done
     "$PY" scripts/verify_table.py "$OUT"/tune-*.json
     ;;

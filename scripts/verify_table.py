@@ -3,17 +3,38 @@
 
     python scripts/verify_table.py results/tune-*.json   # .json.gz too
 
-Per run: images/s, the fraction of the synthetic ceiling (the synthetic run at the same GPU count,
-from any of the files), data wait as a fraction of the step, and the step breakdown in ms (mean
-over ranks and measured steps). Markdown on stdout.
+Per run: images/s, the fraction of the synthetic ceiling, data wait as a fraction of the step, and
+the step breakdown in ms (mean over ranks and measured steps). Markdown on stdout.
+
+Repeats: files named ``NAME-rK`` (``scripts/bench_verify.sh tune`` with ``REPEAT=K``) are repeat K
+of variant NAME; each run's ceiling is then the synthetic run of the SAME repeat (run just before
+it), else the synthetic run of the same file, else the first synthetic run at that GPU count. A
+second table gives each variant's mean ± standard deviation over its repeats.
 """
 
 from __future__ import annotations
 
 import gzip
 import json
+import re
+import statistics
 import sys
 from pathlib import Path
+
+
+def split_stem(stem: str) -> tuple[str, str]:
+    """``tune-hw99-r2`` → (``tune-hw99``, ``2``); no repeat suffix → (stem, "")."""
+    m = re.fullmatch(r"(.*?)-r(\d+)", stem)
+    return (m.group(1), m.group(2)) if m else (stem, "")
+
+
+def spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "–"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return format(mean, fmt) + " (1 run)"
+    return f"{format(mean, fmt)} ± {format(statistics.stdev(values), fmt)}"
 
 
 def main(paths: list[str]) -> int:
@@ -24,25 +45,38 @@ def main(paths: list[str]) -> int:
     for p in paths:
         raw = Path(p).read_bytes()
         doc = json.loads(gzip.decompress(raw) if p.endswith(".gz") else raw)
-        opts = " ".join(doc.get("config", {}).get("loader_options") or [])
-        prio = doc.get("config", {}).get("stream_priority", "normal")
+        cfg = doc.get("config", {})
+        setting = {
+            "opts": " ".join(cfg.get("loader_options") or []),
+            "prio": cfg.get("stream_priority", "normal"),
+            "cpu": cfg.get("cpu_affinity", "inherit"),
+        }
         for r in doc.get("runs", []):
-            runs.append((Path(p).name.split(".")[0], opts, prio, r))
-    # the ceiling: the synthetic run of the same file, else the first file's with one
-    own: dict[tuple[str, int], float] = {}
-    fallback: dict[int, float] = {}
-    for stem, _o, _p, r in runs:
-        if r["loader"] == "synthetic" and r.get("status") == "ok":
-            own[(stem, r["gpus"])] = r["images_per_s"]
-            fallback.setdefault(r["gpus"], r["images_per_s"])
+            runs.append((Path(p).name.split(".")[0], setting, r))
+    ok_synth = [
+        (s, r) for s, _, r in runs if r["loader"] == "synthetic" and r.get("status") == "ok"
+    ]
+    by_repeat = {
+        (split_stem(s)[1], r["gpus"]): r["images_per_s"] for s, r in ok_synth if split_stem(s)[1]
+    }
+    by_file = {(s, r["gpus"]): r["images_per_s"] for s, r in ok_synth}
+    first: dict[int, float] = {}
+    for _, r in ok_synth:
+        first.setdefault(r["gpus"], r["images_per_s"])
+
+    def ceiling(stem: str, gpus: int) -> float | None:
+        rep = split_stem(stem)[1]
+        return by_repeat.get((rep, gpus)) or by_file.get((stem, gpus)) or first.get(gpus)
+
     print(
-        "| file | loader | options | stream | workers | GPUs | img/s | ceiling | of ceiling "
+        "| file | loader | options | stream | CPUs | workers | GPUs | img/s | ceiling | of ceiling "
         "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % |"
     )
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for stem, opts, prio, r in runs:
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    groups: dict[tuple[str, str, int], list[dict]] = {}
+    for stem, st, r in runs:
         b = r.get("breakdown") or {}
-        ceil = own.get((stem, r["gpus"]), fallback.get(r["gpus"]))
+        ceil = ceiling(stem, r["gpus"])
         frac = r["images_per_s"] / ceil if ceil else None
 
         def ms(key: str, b=b) -> str:
@@ -51,7 +85,8 @@ def main(paths: list[str]) -> int:
         wait = r.get("data_wait_fraction")
         util = r.get("gpu_util_percent_mean")
         print(
-            f"| {stem} | {r['loader']} | {opts or '–'} | {prio} | {r.get('workers') or '–'} "
+            f"| {stem} | {r['loader']} | {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
+            f"| {r.get('workers') or '–'} "
             f"| {r['gpus']} | {r['images_per_s']:,.0f} | {f'{ceil:,.0f}' if ceil else '–'} "
             f"| {f'{frac:.3f}' if frac else '–'} "
             f"| {f'{wait * 100:.1f}%' if wait is not None else '–'} "
@@ -59,6 +94,30 @@ def main(paths: list[str]) -> int:
             f"| {ms('step_s')} | {f'{util:.0f}' if util is not None else '–'} |"
             + ("" if r.get("status") == "ok" else f" {r.get('status')}: {r.get('error')}")
         )
+        if r.get("status") == "ok":
+            key = (split_stem(stem)[0], r["loader"], r["gpus"])
+            groups.setdefault(key, []).append(
+                {
+                    "ips": r["images_per_s"],
+                    "frac": frac,
+                    "wait": wait,
+                    "fb": b.get("forward_backward_s"),
+                }
+            )
+    if any(len(v) > 1 for v in groups.values()):
+        print()
+        print("| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |")
+        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        for (name, loader, gpus), rows in groups.items():
+
+            def col(key: str, scale: float = 1.0, rows=rows) -> list[float]:
+                return [x[key] * scale for x in rows if x[key] is not None]
+
+            print(
+                f"| {name} | {loader} | {gpus} | {len(rows)} | {spread(col('ips'), ',.0f')} "
+                f"| {spread(col('frac'), '.3f')} | {spread(col('wait', 100), '.1f')} "
+                f"| {spread(col('fb', 1e3), '.1f')} |"
+            )
     return 0
 
 

@@ -57,3 +57,32 @@ def test_high_priority_stream_has_the_devices_highest_priority():
     _, highest = torch.cuda.Stream.priority_range()
     assert stream is not None and stream.priority == highest
     assert highest < torch.cuda.current_stream().priority  # above the default stream's
+
+
+@pytest.mark.parametrize(("backend", "kind"), COMBOS, ids=[f"{b}-{k}" for b, k in COMBOS])
+def test_batches_never_make_the_host_wait_for_the_gpu(tiny_gpu, backend, kind):
+    """No batch after the first synchronises the host with the caller's stream.
+
+    A synchronising copy in the loader (e.g. indexing a GPU table with host indices) makes every
+    training step wait for the previous one to finish before it can queue work, so the GPU starts
+    each step idle: measured as slower forward/backward, not as data wait. torch raises on any
+    synchronising call while the debug mode is "error".
+    """
+    from loaders import build_loader
+
+    loader = build_loader(
+        tiny_gpu[kind], backend, 32, image_size=32, workers=2, dtype=torch.bfloat16,
+        channels_last=True,
+    )  # fmt: skip
+    it = iter(loader)
+    next(it)  # the first batch may set things up (pipelines, streams, pinned pools)
+    batches = 1
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for images, labels, _ in it:
+            (images.float().sum() + labels.sum()).neg_()  # queue work on the stream, as a step
+            batches += 1
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert batches == len(loader) > 2
+    loader.close()

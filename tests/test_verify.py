@@ -196,6 +196,7 @@ def test_more_gpus_than_present():
         (["-l", "torch", "-o", "baseline:workers=2"], r"options go to the library loaders"),
         (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
+        (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(cli, dataset, tmp_path, args, message):
@@ -344,6 +345,35 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
         assert (out.parent / png).stat().st_size > 10_000
     assert (out.parent / "v-logs" / "baseline-2.log").exists()
     assert not _no_leftovers(str(data))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split")
+def test_cpu_affinity_split_gives_each_rank_its_own_cores(cli, data, tmp_path):
+    from feedbench.verify_worker import cpu_list, share_of_cpus
+
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--gpus", "2", "-l", "baseline", "--no-synthetic",
+        "--cpu-affinity", "split", *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    (run,) = vr.load(out).runs
+    mine = os.sched_getaffinity(0)
+    assert run.cpus == [cpu_list(share_of_cpus(mine, i, 2)) for i in range(2)]
+    assert run.cpus[0] != run.cpus[1]
+    assert "each rank pinned to its own share of the cores" in " ".join(r.out.split())
+
+
+def test_cpu_shares_and_lists():
+    from feedbench.verify_worker import cpu_list, share_of_cpus
+
+    cpus = {0, 1, 2, 3, 8, 9, 10}
+    shares = [share_of_cpus(cpus, i, 3) for i in range(3)]
+    assert shares == [[0, 1], [2, 3], [8, 9, 10]]
+    assert sorted(c for s in shares for c in s) == sorted(cpus)
+    assert cpu_list(cpus) == "0-3,8-10" and cpu_list({5}) == "5" and cpu_list([1, 3]) == "1,3"
+    with pytest.raises(FeedbenchError, match="only 1 cores"):
+        share_of_cpus({4}, 0, 2)
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.Popen:
