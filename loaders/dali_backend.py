@@ -40,6 +40,7 @@ no label, truncated shards) are skipped and counted as for every backend.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import tempfile
@@ -144,6 +145,7 @@ class DaliLoader(LoaderBase):
         # would copy them synchronously (a wait for the training stream every batch)
         self._class_of = torch.from_numpy(index.labels)
         self._iterator = None
+        self._copy_stream: torch.cuda.Stream | None = None  # see _copying
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
 
@@ -278,14 +280,21 @@ class DaliLoader(LoaderBase):
         remaining = self.samples_per_rank
         finished = False
         self._midway = True
+        it = iter(self._iterator)
         try:
-            for data in self._iterator:
-                out = data[0]
-                n = min(self.batch_size, remaining)
-                remaining -= n
-                if n == 0 or (self.drop_last and n < self.batch_size):
-                    continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
-                yield self._outputs(out, n)
+            while True:
+                consumer = torch.cuda.current_stream(self.device) if self.gpu else None
+                with self._copying():
+                    try:
+                        data = next(it)
+                    except StopIteration:
+                        break
+                    n = min(self.batch_size, remaining)
+                    remaining -= n
+                    if n == 0 or (self.drop_last and n < self.batch_size):
+                        continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
+                    batch = self._outputs(data[0], n)
+                yield self._hand_over(batch, consumer)
             finished = True
         except RuntimeError as e:
             self._iterator = None
@@ -297,13 +306,38 @@ class DaliLoader(LoaderBase):
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
                 self._iterator = None
 
-    def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One batch for the caller, without a host wait for the GPU.
+    # --- handing batches over -----------------------------------------------------------------
+    # DALI copies each batch out of its output buffer on the caller's current stream and may
+    # refill that buffer only once the copy is done. On the training stream the copy queues
+    # behind every step the host has already issued, so a host running ahead of the GPU (as it
+    # does without a synchronising call) holds all of DALI's buffers and stalls its pipeline:
+    # measured on 2 H200s as 5.5% data wait instead of 0.8%. The copies (and the dtype
+    # conversion) therefore run on a side stream of the highest priority, which the caller's
+    # stream then waits for.
 
-        The images are already on the device (DALI copies them on the caller's current stream);
-        labels are made on the host from the reader's CPU outputs and copied from pinned memory
-        with ``non_blocking``. A blocking copy here would make the host wait for the previous
-        training step every batch, so the step's first kernels would start on an idle GPU.
+    def _copying(self):
+        if not self.gpu:
+            return contextlib.nullcontext()
+        if self._copy_stream is None:
+            _, highest = torch.cuda.Stream.priority_range()
+            self._copy_stream = torch.cuda.Stream(device=self.device, priority=highest)
+        return torch.cuda.stream(self._copy_stream)
+
+    def _hand_over(self, batch, consumer):
+        if consumer is None:
+            return batch
+        images, labels, keys = batch
+        consumer.wait_stream(self._copy_stream)
+        images.record_stream(consumer)  # made on the copy stream, used on the caller's
+        labels.record_stream(consumer)
+        return images, labels, keys
+
+    def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One batch, without a host wait for the GPU (on the copy stream, see _copying).
+
+        The images are already on the device (DALI copies them on the current stream); labels
+        are made on the host from the reader's CPU outputs and copied from pinned memory with
+        ``non_blocking``: a blocking copy would make the host wait for the GPU every batch.
         """
         images = out["images"][:n]
         extra = out["extra"][:n]
