@@ -25,6 +25,9 @@ an EMPTY last batch.) This loader then trims the last batch so that every rank y
 ``ceil(N/W)`` samples: its own shard, plus one repeat of its last sample where its shard is the
 shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as DistributedSampler.
 
+On a GPU the host waits for the caller's stream before handing over each batch (``pace``, see
+PACING below): measured faster under training than letting the host run ahead.
+
 Batches live in DALI's output buffers, which it reuses: use (or copy) a batch before asking for the
 next one, as a training step does.
 
@@ -40,7 +43,6 @@ no label, truncated shards) are skipped and counted as for every backend.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import tempfile
@@ -62,6 +64,17 @@ LABEL_DIGITS = 12  # .cls members longer than this are not labels
 # under ResNet-50 training (2 GPUs: 0.91 vs 0.84 of the synthetic ceiling): the hardware engine
 # frees the SMs that training needs. BENCHMARKS.md, "Loaders" and "verify".
 HW_DECODER_LOAD = 0.99
+# PACING (GPU, ``pace=True``): before a batch is handed over, the host waits for the caller's
+# current stream, i.e. for the previous training step and this batch's copy out of DALI's buffer.
+# A training loop without a synchronising call otherwise runs one or more steps ahead of the GPU,
+# keeping it saturated with training kernels queued at (or above) the priority of DALI's; DALI's
+# decode, resize and normalise kernels for the next batches then wait behind them, and training
+# waits for data. Measured on 2 H200s (ResNet-50 bf16, 256/GPU, training on the high-priority
+# stream, 6 DALI threads; 2026-11-30): paced 0.93 of the synthetic ceiling (8,236-8,254 img/s in
+# 3 runs, 0.6-0.8% data wait) against 0.86-0.89 unpaced (7,540-7,847 img/s in 10 runs, 4-5.5%
+# data wait; copying out of DALI's buffers on a side stream did not help). BENCHMARKS.md, verify.
+# The paced runs made this wait implicitly (a blocking host-to-GPU copy of the label indices, at
+# the same point, on the same stream); this explicit form has not been re-measured yet.
 
 
 def _pipe_seed(seed: int, rank: int, epoch: int) -> int:
@@ -119,6 +132,7 @@ class DaliLoader(LoaderBase):
         shuffle_buffer: int = 4096,
         hw_decoder_load: float = HW_DECODER_LOAD,
         dont_use_mmap: bool | None = None,
+        pace: bool = True,
         **common,
     ) -> None:
         require_dali()
@@ -128,6 +142,7 @@ class DaliLoader(LoaderBase):
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
+        self.pace = bool(pace)
         # None: plain reads for image trees (one mmap + munmap per small file cost DALI's reader
         # 10-20% on the H200 host), mapping for shards (a few large files: faster mapped there)
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
@@ -145,7 +160,6 @@ class DaliLoader(LoaderBase):
         # would copy them synchronously (a wait for the training stream every batch)
         self._class_of = torch.from_numpy(index.labels)
         self._iterator = None
-        self._copy_stream: torch.cuda.Stream | None = None  # see _copying
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
 
@@ -280,21 +294,18 @@ class DaliLoader(LoaderBase):
         remaining = self.samples_per_rank
         finished = False
         self._midway = True
-        it = iter(self._iterator)
         try:
-            while True:
-                consumer = torch.cuda.current_stream(self.device) if self.gpu else None
-                with self._copying():
-                    try:
-                        data = next(it)
-                    except StopIteration:
-                        break
-                    n = min(self.batch_size, remaining)
-                    remaining -= n
-                    if n == 0 or (self.drop_last and n < self.batch_size):
-                        continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
-                    batch = self._outputs(data[0], n)
-                yield self._hand_over(batch, consumer)
+            for data in self._iterator:
+                out = data[0]
+                n = min(self.batch_size, remaining)
+                remaining -= n
+                if n == 0 or (self.drop_last and n < self.batch_size):
+                    continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
+                batch = self._outputs(out, n)
+                if self.gpu and self.pace:
+                    # see PACING: the caller's previous step and this batch's copy, done
+                    torch.cuda.current_stream(self.device).synchronize()
+                yield batch
             finished = True
         except RuntimeError as e:
             self._iterator = None
@@ -306,38 +317,12 @@ class DaliLoader(LoaderBase):
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
                 self._iterator = None
 
-    # --- handing batches over -----------------------------------------------------------------
-    # DALI copies each batch out of its output buffer on the caller's current stream and may
-    # refill that buffer only once the copy is done. On the training stream the copy queues
-    # behind every step the host has already issued, so a host running ahead of the GPU (as it
-    # does without a synchronising call) holds all of DALI's buffers and stalls its pipeline:
-    # measured on 2 H200s as 5.5% data wait instead of 0.8%. The copies (and the dtype
-    # conversion) therefore run on a side stream of the highest priority, which the caller's
-    # stream then waits for.
-
-    def _copying(self):
-        if not self.gpu:
-            return contextlib.nullcontext()
-        if self._copy_stream is None:
-            _, highest = torch.cuda.Stream.priority_range()
-            self._copy_stream = torch.cuda.Stream(device=self.device, priority=highest)
-        return torch.cuda.stream(self._copy_stream)
-
-    def _hand_over(self, batch, consumer):
-        if consumer is None:
-            return batch
-        images, labels, keys = batch
-        consumer.wait_stream(self._copy_stream)
-        images.record_stream(consumer)  # made on the copy stream, used on the caller's
-        labels.record_stream(consumer)
-        return images, labels, keys
-
     def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """One batch, without a host wait for the GPU (on the copy stream, see _copying).
+        """One batch; nothing here makes the host wait for the GPU (that is ``pace``'s choice).
 
         The images are already on the device (DALI copies them on the current stream); labels
         are made on the host from the reader's CPU outputs and copied from pinned memory with
-        ``non_blocking``: a blocking copy would make the host wait for the GPU every batch.
+        ``non_blocking``.
         """
         images = out["images"][:n]
         extra = out["extra"][:n]
