@@ -11,7 +11,9 @@
   Augmentation randomness comes from ``(seed, epoch, rank, batch)``: the same whatever the number
   of workers.
 * The DataLoader pins batches (``pin_memory``), keeps workers alive (``persistent_workers``) and
-  prefetches ``prefetch`` batches per worker; :class:`loaders.prefetch.DevicePrefetcher` copies the
+  prefetches ``prefetch`` batches per worker, across epoch boundaries (one iterator over an
+  endless batch sampler: the workers start epoch e + 1 while epoch e's last batches are used);
+  :class:`loaders.prefetch.DevicePrefetcher` copies the
   next batch with ``non_blocking`` on a side stream and normalises it on the GPU.
 
 Bad input: skipped and counted. A file that cannot be read or decoded (corrupt, zero bytes, not an
@@ -56,9 +58,19 @@ class _EpochBatchSampler:
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self):
-        idx = np.fromiter(iter(self.sampler), dtype=np.int64)
-        for b in range(len(self)):
-            yield (self.epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
+        """Endless: the batches of ``self.epoch``, then of every next epoch in turn.
+
+        The DataLoader's workers therefore go on into epoch e + 1 while the last batches of epoch
+        e are still being used, instead of idling until the next ``iter()`` (see TorchLoader).
+        Each epoch's order is DistributedSampler's for that epoch, as before.
+        """
+        epoch = self.epoch
+        while True:
+            self.sampler.set_epoch(epoch)
+            idx = np.fromiter(iter(self.sampler), dtype=np.int64)
+            for b in range(len(self)):
+                yield (epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
+            epoch += 1
 
 
 def _as_is(batch):
@@ -192,17 +204,34 @@ class TorchLoader(LoaderBase):
             pin_memory=pin and workers > 0,
             **kwargs,
         )
+        self._iter: Iterator | None = None  # the DataLoader's iterator, across epochs
+        self._ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
 
-    def _host_batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        for images, labels, keys, skipped in self.dataloader:
+    def _host_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+        """Epoch ``epoch``'s batches from the one DataLoader iterator that runs across epochs.
+
+        The iterator goes on into the next epoch (:class:`_EpochBatchSampler` is endless), so its
+        workers never wait for the training loop to start the next epoch: with few batches per
+        epoch and many workers, that wait cost a third of the throughput under training (measured
+        on an H200 host, BENCHMARKS.md). It is restarted (in-flight batches dropped) when the
+        epoch asked for is not the one it is on, e.g. after an epoch left midway or
+        ``set_epoch`` to another epoch.
+        """
+        if self._iter is None or self._ready_epoch != epoch:
+            self.batch_sampler.set_epoch(epoch)
+            self._iter = iter(self.dataloader)
+        self._ready_epoch = None  # midway until every batch of the epoch is taken
+        for _ in range(len(self.batch_sampler)):
+            images, labels, keys, skipped = next(self._iter)
             self._record_skipped(skipped)
             yield images, labels, keys
+        self._ready_epoch = epoch + 1
 
     def _epoch_batches(self, epoch: int):
-        self.batch_sampler.set_epoch(epoch)
-        yield from DevicePrefetcher(self._host_batches(), self.device, self.normalize)
+        yield from DevicePrefetcher(self._host_batches(epoch), self.device, self.normalize)
 
     def close(self) -> None:
+        self._iter, self._ready_epoch = None, None
         it = getattr(self.dataloader, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()

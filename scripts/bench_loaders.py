@@ -142,15 +142,24 @@ def stock_loader(tree: Path, batch: int, workers: int, device: str):
     return Stock()
 
 
-def measure(loader, device: str, warmup: int, min_images: int, batch: int) -> dict:
-    """Iterate epochs until ``min_images`` were measured after ``warmup`` batches."""
+def measure(
+    loader, device: str, warmup: int, min_images: int, batch: int, step_s: float = 0.0
+) -> dict:
+    """Iterate epochs until ``min_images`` were measured after ``warmup`` batches.
+
+    ``step_s`` > 0: after each batch the consumer sleeps that long, an emulated training step
+    (the host waiting for the GPU); the result then also gives the fraction of the measured time
+    spent waiting for batches, as training would see it (epoch boundaries included).
+    """
     seen = measured = 0
     t0 = None
     first_batch_s = None
     start = time.perf_counter()
     epochs = 0
+    wait_s = 0.0
     while measured < min_images:
         epochs += 1
+        t_ask = time.perf_counter()
         for images, _labels, *_ in loader:
             n = int(images.shape[0])
             seen += 1
@@ -160,15 +169,18 @@ def measure(loader, device: str, warmup: int, min_images: int, batch: int) -> di
             if seen == warmup:
                 _sync(device)
                 t0 = time.perf_counter()
-                continue
-            if t0 is not None:
+            elif t0 is not None:
                 measured += n
+                wait_s += time.perf_counter() - t_ask
+            if step_s > 0:
+                time.sleep(step_s)
+            t_ask = time.perf_counter()
         if epochs > 1000:
             break
     _sync(device)
     seconds = time.perf_counter() - (t0 or start)
     rate = measured / seconds if seconds > 0 else 0.0
-    return {
+    out = {
         "images": measured,
         "seconds": round(seconds, 3),
         "images_per_s": round(rate, 1),
@@ -176,6 +188,9 @@ def measure(loader, device: str, warmup: int, min_images: int, batch: int) -> di
         "first_batch_s": round(first_batch_s or 0.0, 3),
         "epochs": epochs,
     }
+    if step_s > 0:
+        out["data_wait_fraction"] = round(wait_s / seconds, 4) if seconds > 0 else None
+    return out
 
 
 class OnDevice:
@@ -284,7 +299,10 @@ def bench_loaders(args, data_root: Path) -> list[dict]:
             label = f"{backend} {kind}" + "".join(f" {a}={b}" for a, b in opts.items())
             try:
                 loader, workers = build_one(args, backend, src, shards, opts)
-                result = measure(loader, args.device, args.warmup, args.min_images, args.batch_size)
+                result = measure(
+                    loader, args.device, args.warmup, args.min_images, args.batch_size,
+                    args.step_ms / 1e3,
+                )  # fmt: skip
                 loader.close()
                 del loader
                 gc.collect()
@@ -295,7 +313,12 @@ def bench_loaders(args, data_root: Path) -> list[dict]:
             rate = result.get("images_per_s")
             print(
                 f"  [{r + 1}/{args.repeat}] {label:40s} "
-                + (f"{rate:9.1f} img/s" if rate is not None else result["error"]),
+                + (f"{rate:9.1f} img/s" if rate is not None else result["error"])
+                + (
+                    f", data wait {result['data_wait_fraction']:.1%}"
+                    if result.get("data_wait_fraction") is not None
+                    else ""
+                ),
                 file=sys.stderr,
             )
             if args.device.startswith("cuda"):
@@ -357,6 +380,10 @@ def main() -> None:
     p.add_argument("--hw-decoder-load", default="", help="DALI: comma list to sweep")
     p.add_argument("--dont-use-mmap", default="", help="DALI: e.g. false,true to sweep")
     p.add_argument("--repeat", type=int, default=1, help="runs per loader config, interleaved")
+    p.add_argument(
+        "--step-ms", type=float, default=0.0,
+        help="emulated training step: sleep this long after each batch (reports data wait)",
+    )  # fmt: skip
     p.add_argument("--decoder-images", type=int, default=300)
     p.add_argument("--out", default="", help="write the results as JSON here")
     args = p.parse_args()

@@ -78,3 +78,42 @@ def test_set_epoch_and_the_automatic_next_epoch(tmp_path):
     assert order() == e0 and loader.epoch == 0
     assert len(build_loader(tree, "torch", 16, drop_last=True, **kw)) == 2  # 40 // 16
     assert len(loader) == 3
+
+
+def _keys(loader, batches: int | None = None) -> list[int]:
+    out: list[int] = []
+    for i, (_, _, keys) in enumerate(loader):
+        if batches is not None and i == batches:
+            break
+        out += keys.tolist()
+    return out
+
+
+def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
+    """The torch backend's workers start epoch e + 1 before the training loop asks for it, and
+    every epoch still has exactly the order a fresh loader gives it (also after an epoch left
+    midway, or a jump with set_epoch)."""
+    root = make_tiny(tmp_path, n=256, per_shard=32)["tree"]
+    kw = dict(image_size=16, workers=2, seed=5, return_keys=True, multiprocessing_context="fork")
+
+    def fresh(epoch: int) -> list[int]:
+        other = build_loader(root, "torch", 32, **kw)
+        other.set_epoch(epoch)
+        keys = _keys(other)
+        other.close()
+        return keys
+
+    loader = build_loader(root, "torch", 32, **kw)
+    assert len(loader) == 8
+    first = _keys(loader)
+    # the DataLoader iterator has already sent the workers batches of epoch 1 (private counter:
+    # batches handed to workers so far; 8 would mean it stopped at the epoch's end)
+    assert loader._iter._send_idx > len(loader)
+    second = _keys(loader)
+    assert first == fresh(0) and second == fresh(1) and first != second
+    assert sorted(second) == list(range(256))
+    _keys(loader, batches=3)  # epoch 2, left midway: epoch 3 starts from its own beginning
+    assert _keys(loader) == fresh(3)
+    loader.set_epoch(7)
+    assert _keys(loader) == fresh(7)
+    loader.close()
