@@ -62,9 +62,12 @@ case "$MODE" in
     STEPS=${STEPS:-100}
     REPEAT=${REPEAT:-1}
     SYNTHETIC=${SYNTHETIC:-1}
-    VARIANTS=${VARIANTS:-"default|;hw99|-o dali:hw_decoder_load=0.99;high|--stream-priority high;\
-hw99-high|-o dali:hw_decoder_load=0.99 --stream-priority high;\
-hw99-high-t6|-o dali:hw_decoder_load=0.99 --stream-priority high --workers 6"}
+    # default variants: the open questions of 2026-11-30 (BENCHMARKS.md, "Pacing the DALI
+    # loader"): the explicit pace against no pace, and CPU affinity with the pace
+    VARIANTS=${VARIANTS:-"high-t6|--stream-priority high --workers 6;\
+high-t6-nopace|--stream-priority high --workers 6 -o dali:pace=false;\
+high-t6-split|--stream-priority high --workers 6 --cpu-affinity split;\
+default|"}
     TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
       --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
     IFS=';' read -ra ROWS <<< "$VARIANTS"
