@@ -122,6 +122,22 @@ def test_tar_walker_matches_tarfile(tmp_path, fmt):
     reader.close()
     assert got == members
     assert reader.bytes == path.stat().st_size
+    # names as UTF-8 bytes (what ShardSource walks with), and the samples ShardSource makes
+    reader = _TimedReader(str(path))
+    assert list(iter_tar(reader, views=True, raw_names=True)) == [
+        (name.encode(), data) for name, data in members
+    ]
+    reader.close()
+    from feedbench.sources.local import ShardSource
+
+    samples = list(ShardSource(str(tmp_path), [str(path)], [path.stat().st_size]).iter_samples([0]))
+    by_key = {x.key.split(":", 1)[1]: x for x in samples}
+    assert by_key["a"].data == members[0][1] and by_key["a"].label == 3 and not by_key["a"].error
+    # reported under their full names (long, prefixed, or non-ASCII pax names)
+    for key in (f"{long_dir}/b", members[4][0][:-4]):
+        assert by_key[key].error == "missing or bad label (.cls)", by_key[key]
+    assert by_key["empty"].error == "no image member"  # empty.txt: an empty label, no image
+    assert len(samples) == 4
 
 
 def test_tar_walker_rejects_a_corrupt_header(tmp_path, dataset):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import time
 import zlib
 from collections.abc import Iterator, Sequence
@@ -14,6 +15,8 @@ from feedbench.sources.base import RawSample, Source
 
 _READ_CHUNK = 1 << 20
 LABEL_EXTENSIONS = (".cls", ".label", ".txt")
+_IMAGE_EXTS = frozenset((b"jpg", b"jpeg", b"png", b"webp"))  # member name endings, as bytes
+_LABEL_EXTS = frozenset(e[1:].encode() for e in LABEL_EXTENSIONS)
 
 
 class _Buffers:
@@ -250,31 +253,63 @@ def _pax_path(payload: bytes) -> tuple[str | None, int | None]:
     return path, size
 
 
-def iter_tar(reader: _TimedReader, views: bool = False) -> Iterator[tuple[str, bytes]]:
+# name, size, checksum and type flag: read from every header in one C call
+_HEADER = struct.Struct("100s24x12s12x8s1s")
+_ZERO_BLOCK = bytes(512)
+_REGULAR = (b"0", b"\0", b"7")
+
+
+def iter_tar(
+    reader: _TimedReader, views: bool = False, raw_names: bool = False
+) -> Iterator[tuple[str | bytes, bytes]]:
     """(member name, payload) for each regular file, walking the 512-byte headers in place.
 
     Reads ustar, GNU long names and pax path/size records; other special members are skipped.
     Raises :class:`TarFormatError` on a truncated stream or a header whose checksum is wrong.
     With ``views``, a payload that lies within the read buffer is a view into it (no copy):
-    valid until the reader refills, unless pinned (:meth:`_TimedReader.pin`).
+    valid until the reader refills, unless pinned (:meth:`_TimedReader.pin`). With
+    ``raw_names``, names are UTF-8 bytes (decoded by the caller only where it needs text).
+
+    This runs in series with the read calls of a one-consumer scan, so the common case is
+    written out inline: a header lies in the read buffer (headers are 512-byte aligned, refills
+    1 MiB), its fields are unpacked in one call and checked where they lie, and a payload that
+    lies in the buffer is sliced from it; anything else goes through the reader's methods.
     """
     long_name: str | None = None
     pax_size: int | None = None
+    unpack = _HEADER.unpack_from
+    adler = zlib.adler32
     while True:
-        header = reader.read(512)
-        if not header:
-            return  # end of file at a member boundary: tolerated, as tarfile does
-        if len(header) < 512:
-            raise TarFormatError("truncated header")
-        if header == b"\0" * 512:
+        off = reader._start
+        if reader._end - off < 512 and off == reader._end and not reader.eof:
+            reader._fill()
+            off = reader._start
+        if reader._end - off >= 512:
+            buf = reader._mv
+            reader._start = off + 512
+        else:  # the end of the stream (or a reader whose refills are not 512-aligned)
+            header = reader.read(512)
+            if not header:
+                return  # end of file at a member boundary: tolerated, as tarfile does
+            if len(header) < 512:
+                raise TarFormatError("truncated header")
+            buf, off = memoryview(header), 0
+        name_f, size_f, sum_f, kind = unpack(buf, off)
+        if name_f[0] == 0 and buf[off : off + 512] == _ZERO_BLOCK:
             return  # end-of-archive marker
-        if _octal(header[148:156]) != _header_sum(header):
+        # the ustar checksum, as _header_sum computes it, over the header where it lies
+        total = (
+            (adler(buf[off : off + 148]) & 0xFFFF)
+            + (adler(buf[off + 156 : off + 412]) & 0xFFFF)
+            + (adler(buf[off + 412 : off + 512]) & 0xFFFF)
+            + 253
+        )
+        if _octal(sum_f) != total:
             raise TarFormatError("bad header checksum")
-        size = _octal(header[124:136])
+        size = _octal(size_f)
         if pax_size is not None:
             size, pax_size = pax_size, None
-        kind = header[156:157]
-        padded = (size + 511) // 512 * 512
+        padded = (size + 511) & ~511
         if kind in (b"L", b"x"):
             payload = reader.read(size)
             if len(payload) < size or reader.skip(padded - size) < padded - size:
@@ -286,12 +321,21 @@ def iter_tar(reader: _TimedReader, views: bool = False) -> Iterator[tuple[str, b
             continue
         if long_name is not None:
             name, long_name = long_name, None
+            if raw_names:
+                name = name.encode("utf-8", "surrogateescape")
         else:
-            name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")
-            if header[257:262] == b"ustar" and header[345] != 0:
-                prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8", "replace")
-                name = f"{prefix}/{name}"
-        if kind in (b"0", b"\0", b"7"):
+            name = name_f.split(b"\0", 1)[0]
+            if buf[off + 257 : off + 262] == b"ustar" and buf[off + 345] != 0:
+                name = bytes(buf[off + 345 : off + 500]).split(b"\0", 1)[0] + b"/" + name
+            if not raw_names:
+                name = name.decode("utf-8", "replace")
+        if kind in _REGULAR:
+            start = reader._start
+            if start + padded <= reader._end:  # payload and padding in the buffer
+                data = reader._mv[start : start + size]
+                reader._start = start + padded
+                yield name, (data if views else bytes(data))
+                continue
             data = reader.read(size, views)
             if len(data) < size:
                 raise TarFormatError(f"truncated member {name}")
@@ -346,33 +390,43 @@ class ShardSource(Source):
             return
         reader.seconds += time.perf_counter() - t_open  # emulated latency and open() count as read
         name = os.path.basename(path)
-        current: str | None = None
+        current: bytes | None = None  # the sample's key (UTF-8 bytes)
         image: list | None = None  # [bytes or a pinned view into the reader's buffer]
         label: int | None = None
         mark_bytes, mark_s = 0, 0.0
         error: str | None = None
+        pinned = reader._pinned  # see _TimedReader.pin: views copied before a refill
         try:
-            for member, data in iter_tar(reader, views):
-                key, _, ext = member.rpartition(".")
+            for member, data in iter_tar(reader, views, raw_names=True):
+                key, _, ext = member.rpartition(b".")
                 if key != current and current is not None:
                     img = image[0] if image is not None else None
-                    yield self._emit(name, current, img, label, reader, mark_bytes, mark_s)
-                    reader.release()  # the consumer is done with that sample's view
-                    mark_bytes, mark_s = reader.bytes, reader.seconds
+                    b, t = reader.bytes, reader.seconds
+                    full = f"{name}:{current.decode('utf-8', 'replace')}"
+                    if img and label is not None:  # the common case, as _emit would make it
+                        yield RawSample(full, img, label, b - mark_bytes, t - mark_s)
+                    else:
+                        yield self._emit(full, img, label, b - mark_bytes, t - mark_s)
+                    pinned.clear()  # the consumer is done with that sample's view
+                    mark_bytes, mark_s = b, t
                     image, label = None, None
                 current = key
-                ext = ext.lower()
-                if ext in ("jpg", "jpeg", "png", "webp"):
-                    image = reader.pin(data)  # copied if the buffer is refilled before the emit
-                elif "." + ext in LABEL_EXTENSIONS:
+                if ext in _IMAGE_EXTS or ext.lower() in _IMAGE_EXTS:
+                    image = [data]  # copied if the buffer is refilled before the emit
+                    if views and type(data) is memoryview:
+                        pinned.append(image)
+                elif ext.lower() in _LABEL_EXTS:
                     try:
-                        label = int(bytes(data).decode().strip())
-                    except (ValueError, UnicodeDecodeError):
+                        label = int(bytes(data))  # int() takes ASCII digits and whitespace
+                    except ValueError:
                         label = None
             reader.drain()  # the archive's end padding too, as any whole-object reader reads it
             if current is not None:
                 img = image[0] if image is not None else None
-                yield self._emit(name, current, img, label, reader, mark_bytes, mark_s)
+                full = f"{name}:{current.decode('utf-8', 'replace')}"
+                yield self._emit(
+                    full, img, label, reader.bytes - mark_bytes, reader.seconds - mark_s
+                )
         except (TarFormatError, OSError) as e:
             error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
         finally:
@@ -382,17 +436,10 @@ class ShardSource(Source):
 
     @staticmethod
     def _emit(
-        shard: str,
-        key: str,
-        image: bytes | None,
-        label: int | None,
-        reader: _TimedReader,
-        mark_bytes: int,
-        mark_s: float,
+        full: str, image: bytes | None, label: int | None, nbytes: int, seconds: float
     ) -> RawSample:
-        # bytes and time since the previous sample: headers, padding and payload of this sample
-        nbytes, seconds = reader.bytes - mark_bytes, reader.seconds - mark_s
-        full = f"{shard}:{key}"
+        """Sample ``full`` ("shard.tar:key"); ``nbytes`` and ``seconds``: read since the previous
+        sample (headers, padding and payload of this sample)."""
         if image is None:
             return RawSample(full, None, label, nbytes, seconds, "no image member")
         if not image:
