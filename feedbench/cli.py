@@ -389,6 +389,14 @@ def verify(
     plots: Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")] = True,
     fail_at_step: Annotated[int | None, typer.Option(hidden=True)] = None,
     fail_rank: Annotated[int | None, typer.Option(hidden=True)] = None,
+    sync_each_step: Annotated[
+        bool,
+        typer.Option(
+            hidden=True,
+            help="Diagnostic: the host waits for the GPU after taking each batch (what a "
+            "paced loader costs, measured on any loader, synthetic included).",
+        ),
+    ] = False,
 ) -> None:
     """Train with each loader on 1..N GPUs (DDP, torchrun) and show whether the GPUs stay fed."""
     from feedbench import verify as v
@@ -409,6 +417,7 @@ def verify(
         loader_options=tuple(loader_option or ()),
         stream_priority=stream_priority.strip().lower(),
         cpu_affinity=cpu_affinity.strip().lower(),
+        sync_each_step=sync_each_step,
         device=device,
         seed=seed,
         target_au=target_au,

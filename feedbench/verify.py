@@ -84,6 +84,7 @@ class VerifyConfig:
     loader_options: tuple[str, ...] = ()  # [LOADER:]KEY=VALUE for the library loaders
     stream_priority: str = "normal"  # normal / high: the training stream's CUDA priority
     cpu_affinity: str = "inherit"  # inherit / split: each rank pinned to its own share of the cores
+    sync_each_step: bool = False  # diagnostic: the host waits for the GPU after taking each batch
     device: str = "auto"
     seed: int = 0
     num_classes: int = 1000
@@ -238,6 +239,8 @@ def plan(config: VerifyConfig) -> Plan:
         )
     if config.stream_priority != "normal" and device != "cuda":
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
+    if config.sync_each_step and device != "cuda":
+        raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
     if config.cpu_affinity not in CPU_AFFINITIES:
         raise FeedbenchError(
             f"--cpu-affinity takes {' or '.join(CPU_AFFINITIES)} (got {config.cpu_affinity!r})"
@@ -419,6 +422,8 @@ def worker_command(
         cmd += ["--stream-priority", config.stream_priority]
     if config.cpu_affinity != "inherit":
         cmd += ["--cpu-affinity", config.cpu_affinity]
+    if config.sync_each_step:
+        cmd += ["--sync-each-step"]
     if config.fail_at_step is not None:
         cmd += ["--fail-at-step", str(config.fail_at_step)]
         if config.fail_rank is not None:

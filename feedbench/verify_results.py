@@ -486,6 +486,8 @@ def render_verify(result: VerifyResult, console) -> None:
     ]
     if cfg.get("stream_priority", "normal") != "normal":
         tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("sync_each_step"):
+        tuned.append("the host waits for the GPU after taking each batch (diagnostic)")
     if cfg.get("cpu_affinity", "inherit") == "split":
         tuned.append("each rank pinned to its own share of the cores")
     if cfg.get("workers") is not None:

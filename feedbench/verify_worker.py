@@ -288,6 +288,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
     p.add_argument("--stream-priority", choices=("normal", "high"), default="normal")
     p.add_argument("--cpu-affinity", choices=("inherit", "split"), default="inherit")
+    p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
     p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
@@ -465,6 +466,8 @@ def run(args: argparse.Namespace) -> int:
             pre = clock.mark()
             h0 = time.perf_counter()
             images, labels = next_batch()
+            if args.sync_each_step and cuda:  # diagnostic: what pacing alone costs a loader
+                torch.cuda.current_stream(device).synchronize()
             if relabel:
                 labels = labels.long() % args.num_classes
             host_wait = time.perf_counter() - h0

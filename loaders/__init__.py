@@ -121,8 +121,9 @@ def build_loader(
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image
       trees, mapping for shards, the faster of the two for each on an H200 host), ``pace``
-      (GPU: the host waits for the caller's stream before each batch, so training does not run
-      ahead of DALI's GPU work; default True, measured faster under DDP training).
+      (GPU: before each batch the host waits for the caller's stream, so training does not run
+      ahead of DALI's GPU work; 1 by default, measured faster under DDP training; k lets the
+      host be k - 1 steps ahead; 0 never waits).
 
     An option the backend does not take is a ``ValueError`` naming the ones it does
     (:func:`backend_options`).

@@ -43,6 +43,7 @@ no label, truncated shards) are skipped and counted as for every backend.
 
 from __future__ import annotations
 
+import collections
 import os
 import re
 import tempfile
@@ -64,8 +65,9 @@ LABEL_DIGITS = 12  # .cls members longer than this are not labels
 # under ResNet-50 training (2 GPUs: 0.91 vs 0.84 of the synthetic ceiling): the hardware engine
 # frees the SMs that training needs. BENCHMARKS.md, "Loaders" and "verify".
 HW_DECODER_LOAD = 0.99
-# PACING (GPU, ``pace=True``): before a batch is handed over, the host waits for the caller's
-# current stream, i.e. for the previous training step and this batch's copy out of DALI's buffer.
+# PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
+# caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
+# buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits).
 # A training loop without a synchronising call otherwise runs one or more steps ahead of the GPU,
 # keeping it saturated with training kernels queued at (or above) the priority of DALI's; DALI's
 # decode, resize and normalise kernels for the next batches then wait behind them, and training
@@ -132,7 +134,7 @@ class DaliLoader(LoaderBase):
         shuffle_buffer: int = 4096,
         hw_decoder_load: float = HW_DECODER_LOAD,
         dont_use_mmap: bool | None = None,
-        pace: bool = True,
+        pace: int | bool = 1,
         **common,
     ) -> None:
         require_dali()
@@ -142,7 +144,12 @@ class DaliLoader(LoaderBase):
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
-        self.pace = bool(pace)
+        if isinstance(pace, bool):
+            pace = int(pace)
+        if not isinstance(pace, int) or pace < 0:
+            raise ValueError(f"pace takes 0 (off), 1 or more steps, not {pace!r}")
+        self.pace = pace
+        self._marks: collections.deque = collections.deque()  # see PACING
         # None: plain reads for image trees (one mmap + munmap per small file cost DALI's reader
         # 10-20% on the H200 host), mapping for shards (a few large files: faster mapped there)
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
@@ -303,8 +310,7 @@ class DaliLoader(LoaderBase):
                     continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
                 batch = self._outputs(out, n)
                 if self.gpu and self.pace:
-                    # see PACING: the caller's previous step and this batch's copy, done
-                    torch.cuda.current_stream(self.device).synchronize()
+                    self._wait_for_caller()
                 yield batch
             finished = True
         except RuntimeError as e:
@@ -316,6 +322,17 @@ class DaliLoader(LoaderBase):
                 self._midway = False
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
                 self._iterator = None
+
+    def _wait_for_caller(self) -> None:
+        """PACING: mark the caller's stream at this handover, and wait for the mark made
+        ``pace - 1`` handovers ago (pace 1: this one, i.e. the previous step and this batch's
+        copy; pace 2: the host may have one step queued beyond the GPU's)."""
+        mark = torch.cuda.Event()
+        mark.record(torch.cuda.current_stream(self.device))
+        self._marks.append(mark)
+        while len(self._marks) > self.pace:
+            self._marks.popleft()
+        self._marks[0].synchronize()
 
     def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One batch; nothing here makes the host wait for the GPU (that is ``pace``'s choice).
@@ -415,6 +432,7 @@ class DaliLoader(LoaderBase):
 
     def close(self) -> None:
         self._iterator = None  # DALI frees the pipeline with the iterator
+        self._marks.clear()
 
     def __del__(self) -> None:
         tmp = getattr(self, "_tmp", None)

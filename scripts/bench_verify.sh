@@ -57,7 +57,8 @@ case "$MODE" in
     # one verify per variant (its own --json), 2 GPUs only: the issue's goal is at 2 GPUs.
     # REPEAT=K runs the synthetic ceiling and every variant K times, interleaved (files
     # tune-NAME-rK.json; verify_table.py then compares each run with its own repeat's ceiling
-    # and prints mean ± std per variant). SYNTHETIC=0 skips the ceiling runs.
+    # and prints mean ± std per variant). SYNTHETIC=0 skips the ceiling runs; SYNCED_CEILING=1
+    # adds the synthetic run with the host waiting for the GPU after every batch (diagnostic).
     GPUS=${GPUS:-2}
     STEPS=${STEPS:-100}
     REPEAT=${REPEAT:-1}
@@ -65,9 +66,9 @@ case "$MODE" in
     # default variants: the open questions of 2026-11-30 (BENCHMARKS.md, "Pacing the DALI
     # loader"): the explicit pace against no pace, and CPU affinity with the pace
     VARIANTS=${VARIANTS:-"high-t6|--stream-priority high --workers 6;\
-high-t6-nopace|--stream-priority high --workers 6 -o dali:pace=false;\
-high-t6-split|--stream-priority high --workers 6 --cpu-affinity split;\
-default|"}
+high-t6-pace2|--stream-priority high --workers 6 -o dali:pace=2;\
+high-t6-nopace|--stream-priority high --workers 6 -o dali:pace=0;\
+high-t6-split|--stream-priority high --workers 6 --cpu-affinity split"}
     TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
       --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
     IFS=';' read -ra ROWS <<< "$VARIANTS"
@@ -76,6 +77,11 @@ default|"}
       if [ "$SYNTHETIC" != 0 ]; then
         "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader synthetic \
           --json "$OUT/tune-synthetic$suffix.json" | grep -E "^(synthetic|summary)" || true
+      fi
+      if [ "${SYNCED_CEILING:-0}" != 0 ]; then  # what waiting for the GPU every step costs
+        "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader synthetic --sync-each-step \
+          --stream-priority high --json "$OUT/tune-synthetic-synced$suffix.json" \
+          | grep -E "^synthetic" | sed "s/^/synced$suffix: /" || true
       fi
       for row in "${ROWS[@]}"; do
         name=${row%%|*}

@@ -50,11 +50,14 @@ def main(paths: list[str]) -> int:
             "opts": " ".join(cfg.get("loader_options") or []),
             "prio": cfg.get("stream_priority", "normal"),
             "cpu": cfg.get("cpu_affinity", "inherit"),
+            "synced": bool(cfg.get("sync_each_step")),
         }
         for r in doc.get("runs", []):
             runs.append((Path(p).name.split(".")[0], setting, r))
-    ok_synth = [
-        (s, r) for s, _, r in runs if r["loader"] == "synthetic" and r.get("status") == "ok"
+    ok_synth = [  # the ceiling: synthetic runs as they are (not the --sync-each-step diagnostic)
+        (s, r)
+        for s, st, r in runs
+        if r["loader"] == "synthetic" and r.get("status") == "ok" and not st["synced"]
     ]
     by_repeat = {
         (split_stem(s)[1], r["gpus"]): r["images_per_s"] for s, r in ok_synth if split_stem(s)[1]
@@ -85,7 +88,8 @@ def main(paths: list[str]) -> int:
         wait = r.get("data_wait_fraction")
         util = r.get("gpu_util_percent_mean")
         print(
-            f"| {stem} | {r['loader']} | {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
+            f"| {stem} | {r['loader']}{' (synced)' if st['synced'] else ''} "
+            f"| {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
             f"| {r.get('workers') or '–'} "
             f"| {r['gpus']} | {r['images_per_s']:,.0f} | {f'{ceil:,.0f}' if ceil else '–'} "
             f"| {f'{frac:.3f}' if frac else '–'} "

@@ -114,19 +114,25 @@ def test_batches_never_make_the_host_wait_for_the_gpu(tiny_gpu, backend, kind):
 
 
 @pytest.mark.parametrize("kind", ["tree", "shards"])
-def test_dali_pace_hands_over_each_batch_with_the_callers_stream_idle(tiny_gpu, kind):
-    """``pace=True`` (the default): every batch arrives after the work queued before it is done."""
+@pytest.mark.parametrize("pace", [1, 2])
+def test_dali_pace_bounds_how_far_the_host_runs_ahead(tiny_gpu, kind, pace):
+    """``pace=1`` (the default): a batch arrives with the caller's stream idle; ``pace=2``: with
+    the work queued before the previous batch done (the host one step ahead at most)."""
     from loaders import build_loader
 
-    loader = build_loader(tiny_gpu[kind], "dali", 32, image_size=32, workers=2)
+    loader = build_loader(tiny_gpu[kind], "dali", 32, image_size=32, workers=2, pace=pace)
     stream = torch.cuda.current_stream()
     big = torch.randn(4096, 4096, device="cuda")
-    batches = 0
-    for images, labels in loader:
-        assert stream.query(), "the caller's stream still had work when the batch arrived"
+    steps: list[torch.cuda.Event] = []  # the end of each emulated step's work
+    for i, (images, labels) in enumerate(loader):
+        if pace == 1:
+            assert stream.query(), "the caller's stream still had work when the batch arrived"
+        elif i >= 2:
+            assert steps[i - 2].query(), "the host ran more than one step ahead"
         (images.float().sum() + labels.sum()).neg_()
         for _ in range(8):  # a few ms of work queued before asking for the next batch
             big = (big @ big).tanh_()
-        batches += 1
-    assert batches == len(loader) > 2
+        steps.append(torch.cuda.Event())
+        steps[-1].record(stream)
+    assert len(steps) == len(loader) > 2
     loader.close()

@@ -117,3 +117,11 @@ def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
     loader.set_epoch(7)
     assert _keys(loader) == fresh(7)
     loader.close()
+
+
+@pytest.mark.parametrize("pace", [-1, 1.5, "often"])
+def test_dali_pace_takes_whole_steps(tmp_path, pace):
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    root = make_tiny(tmp_path, n=40, per_shard=10)["tree"]
+    with pytest.raises(ValueError, match="pace takes 0"):
+        build_loader(root, "dali", 8, image_size=16, workers=1, pace=pace)

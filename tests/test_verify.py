@@ -197,6 +197,7 @@ def test_more_gpus_than_present():
         (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
         (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
+        (["--sync-each-step"], r"--sync-each-step waits for the GPU: it needs --device cuda"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(cli, dataset, tmp_path, args, message):
