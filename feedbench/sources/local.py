@@ -278,7 +278,6 @@ def iter_tar(
     long_name: str | None = None
     pax_size: int | None = None
     unpack = _HEADER.unpack_from
-    adler = zlib.adler32
     while True:
         off = reader._start
         if reader._end - off < 512 and off == reader._end and not reader.eof:
@@ -297,14 +296,7 @@ def iter_tar(
         name_f, size_f, sum_f, kind = unpack(buf, off)
         if name_f[0] == 0 and buf[off : off + 512] == _ZERO_BLOCK:
             return  # end-of-archive marker
-        # the ustar checksum, as _header_sum computes it, over the header where it lies
-        total = (
-            (adler(buf[off : off + 148]) & 0xFFFF)
-            + (adler(buf[off + 156 : off + 412]) & 0xFFFF)
-            + (adler(buf[off + 412 : off + 512]) & 0xFFFF)
-            + 253
-        )
-        if _octal(sum_f) != total:
+        if _octal(sum_f) != _header_sum(buf[off : off + 512]):
             raise TarFormatError("bad header checksum")
         size = _octal(size_f)
         if pax_size is not None:
@@ -395,7 +387,6 @@ class ShardSource(Source):
         label: int | None = None
         mark_bytes, mark_s = 0, 0.0
         error: str | None = None
-        pinned = reader._pinned  # see _TimedReader.pin: views copied before a refill
         try:
             for member, data in iter_tar(reader, views, raw_names=True):
                 key, _, ext = member.rpartition(b".")
@@ -403,18 +394,13 @@ class ShardSource(Source):
                     img = image[0] if image is not None else None
                     b, t = reader.bytes, reader.seconds
                     full = f"{name}:{current.decode('utf-8', 'replace')}"
-                    if img and label is not None:  # the common case, as _emit would make it
-                        yield RawSample(full, img, label, b - mark_bytes, t - mark_s)
-                    else:
-                        yield self._emit(full, img, label, b - mark_bytes, t - mark_s)
-                    pinned.clear()  # the consumer is done with that sample's view
+                    yield self._emit(full, img, label, b - mark_bytes, t - mark_s)
+                    reader.release()  # the consumer is done with that sample's view
                     mark_bytes, mark_s = b, t
                     image, label = None, None
                 current = key
                 if ext in _IMAGE_EXTS or ext.lower() in _IMAGE_EXTS:
-                    image = [data]  # copied if the buffer is refilled before the emit
-                    if views and type(data) is memoryview:
-                        pinned.append(image)
+                    image = reader.pin(data)  # copied if the buffer is refilled before the emit
                 elif ext.lower() in _LABEL_EXTS:
                     try:
                         label = int(bytes(data))  # int() takes ASCII digits and whitespace
