@@ -8,6 +8,7 @@ their forked loader workers, and must count exactly the bytes the objects hold.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
@@ -161,6 +162,17 @@ def test_bad_urls_are_one_line_and_exit_2(cli, s3_env, tmp_path, args, message):
     assert "Traceback" not in r.err and not (tmp_path / "r.json").exists()
 
 
+@contextlib.contextmanager
+def _deleted(path):
+    """The file behind an object gone from the server for the block (after the listing)."""
+    saved = path.read_bytes()
+    path.unlink()
+    try:
+        yield
+    finally:
+        path.write_bytes(saved)
+
+
 def test_a_vanished_object_is_counted_not_fatal(s3_env):
     """An object deleted after listing: that sample fails with the server's answer, the rest
     are read."""
@@ -170,13 +182,8 @@ def test_a_vanished_object_is_counted_not_fatal(s3_env):
 
     source, _ = detect_remote(s3_env["http"] + "/images/", "auto")
     first = str(source.files()[0])
-    local = s3_env["root"] / first.split("/data/", 1)[1]
-    saved = local.read_bytes()
-    local.unlink()
-    try:
+    with _deleted(s3_env["root"] / first.split("/data/", 1)[1]):
         got = list(source.iter_samples(np.arange(3)))
-    finally:
-        local.write_bytes(saved)
     assert got[0].data is None and got[0].error and got[0].read_bytes == 0
     assert all(s.error is None and s.data for s in got[1:])
 
@@ -210,13 +217,8 @@ def test_a_vanished_shard_is_one_error_not_a_crash(s3_env):
 
     source, _ = detect_remote(s3_env["s3"] + "/shards", "auto")
     first = str(source.files()[0])
-    local = s3_env["root"] / first.split("s3://data/", 1)[1]
-    saved = local.read_bytes()
-    local.unlink()
-    try:
+    with _deleted(s3_env["root"] / first.split("s3://data/", 1)[1]):
         got = list(source.iter_samples(np.arange(2)))
-    finally:
-        local.write_bytes(saved)
     # s3fs may open it (the listing knows its size) and fail on the first read: either way, one
     # record that names what the store said
     assert got[0].data is None and "shard" in got[0].error and "\n" not in got[0].error

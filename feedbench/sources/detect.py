@@ -94,23 +94,27 @@ def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
             f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards in {path} "
             f"({len(others)} other files, e.g. {example})"
         )
+    use, notes = choose_layout(fmt, f"in {path}", path, len(images), len(tars))
+    if use == "tree":
+        return TreeSource(path, images, image_sizes), notes
+    return _shards(path, sorted(tars)), notes
+
+
+def choose_layout(fmt: str, where: str, name: str, images: int, tars: int) -> tuple[str, list[str]]:
+    """``tree`` or ``shards`` for a place holding ``images`` images and ``tars`` shards (not
+    both none), as ``--format`` asks (``auto``: the images when there are any), and the notes to
+    show; one clear error when the asked layout is not there. Local paths and URLs alike."""
     notes: list[str] = []
     use = fmt
     if use == "auto":
         use = "tree" if images else "shards"
         if images and tars:
             notes.append(
-                f"{path} holds both {len(images)} images and {len(tars)} tar shards: "
+                f"{name} holds both {images} images and {tars} tar shards: "
                 "scanned the images; pass --format shards to scan the shards"
             )
-    if use == "tree":
-        if not images:
-            raise FeedbenchError(
-                f"--format tree: no images in {path} (found {len(tars)} .tar shards)"
-            )
-        return TreeSource(path, images, image_sizes), notes
-    if not tars:
-        raise FeedbenchError(
-            f"--format shards: no .tar shards in {path} (found {len(images)} images)"
-        )
-    return _shards(path, sorted(tars)), notes
+    if use == "tree" and not images:
+        raise FeedbenchError(f"--format tree: no images {where} (found {tars} .tar shards)")
+    if use == "shards" and not tars:
+        raise FeedbenchError(f"--format shards: no .tar shards {where} (found {images} images)")
+    return use, notes

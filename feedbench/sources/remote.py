@@ -31,7 +31,7 @@ import numpy as np
 
 from feedbench.errors import FeedbenchError
 from feedbench.sources.base import RawSample, Source
-from feedbench.sources.local import _READ_CHUNK, ShardSource, _TimedReader
+from feedbench.sources.local import _READ_CHUNK, ShardSource, TreeSource, _TimedReader
 
 PROTOCOLS = ("s3", "http", "https")
 S3_BLOCK = 8 << 20  # S3 ranged GETs of 8 MiB (fsspec read-ahead), served to the parser in 1 MiB
@@ -124,18 +124,20 @@ class RemoteShardSource(ShardSource):
         return _StreamReader(f, time.perf_counter() - t0)
 
 
-class RemoteTreeSource(Source):
-    """Image objects under a URL; the label is the index of the first folder below the root."""
+class RemoteTreeSource(TreeSource):
+    """Image objects under a URL; the label is the index of the first folder below the root.
 
-    kind = "tree"
+    A TreeSource whose paths are URLs: only the class rule (URL paths, not filesystem paths) and
+    the reads differ."""
+
     remote = True
 
     def __init__(self, root: str, urls: Sequence[str], sizes: Sequence[int]) -> None:
         self.root = root.rstrip("/")
         order = np.argsort(np.asarray(urls, dtype=str), kind="stable")
-        self._urls = np.asarray(urls, dtype=str)[order]
+        self._paths = np.asarray(urls, dtype=str)[order]
         self._sizes = np.asarray(sizes, dtype=np.int64)[order]
-        rels = [u[len(self.root) :].lstrip("/") for u in self._urls]
+        rels = [u[len(self.root) :].lstrip("/") for u in self._paths]
         parents = sorted({posixpath.dirname(r) for r in rels})
         base = posixpath.commonpath(parents) if len(parents) > 1 else posixpath.dirname(parents[0])
 
@@ -148,24 +150,9 @@ class RemoteTreeSource(Source):
         index = {c: i for i, c in enumerate(self.classes)}
         self._labels = np.array([index.get(n, -1) if n else -1 for n in names], dtype=np.int64)
 
-    def units(self) -> int:
-        return len(self._urls)
-
-    def files(self) -> Sequence[str]:
-        return self._urls
-
-    def total_bytes(self) -> int:
-        return int(self._sizes.sum())
-
-    def samples_hint(self) -> int | None:
-        return len(self._urls)
-
-    def label(self, index: int) -> int:
-        return int(self._labels[index])
-
     def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
         for i in unit_indices:  # views: every object arrives as its own bytes anyway
-            url = str(self._urls[i])
+            url = str(self._paths[i])
             label = int(self._labels[i])
             t0 = time.perf_counter()
             if self.latency_s > 0:
@@ -267,7 +254,7 @@ def _shared(url: str, fmt: str) -> Source | None:
 
 def detect_remote(url: str, fmt: str) -> tuple[Source, list[str]]:
     """The source at a URL: one .tar object, or a prefix / folder holding images or shards."""
-    from feedbench.sources.detect import IMAGE_EXTENSIONS
+    from feedbench.sources.detect import IMAGE_EXTENSIONS, choose_layout
 
     shared = _shared(url, fmt)
     if shared is not None:
@@ -303,17 +290,8 @@ def detect_remote(url: str, fmt: str) -> tuple[Source, list[str]]:
             f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards under {url} "
             f"({len(visible)} other objects)"
         )
-    use = fmt if fmt != "auto" else ("tree" if images else "shards")
-    notes = []
-    if fmt == "auto" and images and tars:
-        notes.append(
-            f"{url} holds both {len(images)} images and {len(tars)} tar shards: scanned the "
-            "images; pass --format shards to scan the shards"
-        )
+    use, notes = choose_layout(fmt, f"under {url}", url, len(images), len(tars))
     chosen = images if use == "tree" else tars
-    if not chosen:
-        what = "images" if use == "tree" else ".tar shards"
-        raise FeedbenchError(f"--format {use}: no {what} under {url}")
     sizes = [visible[k] for k in chosen]
     if proto != "s3":  # index pages carry no sizes: ask the server (HEAD), in parallel
         sizes = _sizes(fs, chosen)
