@@ -55,12 +55,10 @@ from feedbench.verify_results import (
     units,
     window_stats,
 )
-from feedbench.verify_worker import MODELS
+from feedbench.verify_worker import CPU_AFFINITIES, MODELS, STREAM_PRIORITIES
 
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
-STREAM_PRIORITIES = ("normal", "high")
-CPU_AFFINITIES = ("inherit", "split")
 GPU_DEFAULTS = {"model": "resnet50", "image_size": 224, "batch_size": 256, "steps": 200,
                 "warmup": 20}  # fmt: skip
 CPU_DEFAULTS = {"model": "smallcnn", "image_size": 64, "batch_size": 16, "steps": 30, "warmup": 5}

@@ -32,6 +32,8 @@ from feedbench.results import to_dict, write_atomic
 from feedbench.verify_results import StepSeries
 
 MODELS = ("resnet50", "resnet18", "smallcnn")
+STREAM_PRIORITIES = ("normal", "high")  # the training stream's CUDA priority
+CPU_AFFINITIES = ("inherit", "split")  # split: each rank on its own share of the cores
 FLUSH_EVERY_S = 5.0
 LAG = 2  # GPU: events of step i are read after step i + LAG is queued
 
@@ -286,8 +288,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--synthetic-batches", type=int, default=100)
     p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
-    p.add_argument("--stream-priority", choices=("normal", "high"), default="normal")
-    p.add_argument("--cpu-affinity", choices=("inherit", "split"), default="inherit")
+    p.add_argument("--stream-priority", choices=STREAM_PRIORITIES, default="normal")
+    p.add_argument("--cpu-affinity", choices=CPU_AFFINITIES, default="inherit")
     p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")

@@ -13,8 +13,8 @@
 * The DataLoader pins batches (``pin_memory``), keeps workers alive (``persistent_workers``) and
   prefetches ``prefetch`` batches per worker, across epoch boundaries (one iterator over an
   endless batch sampler: the workers start epoch e + 1 while epoch e's last batches are used);
-  :class:`loaders.prefetch.DevicePrefetcher` copies the
-  next batch with ``non_blocking`` on a side stream and normalises it on the GPU.
+  :class:`loaders.prefetch.DevicePrefetcher` copies the next batch with ``non_blocking`` on a
+  side stream and normalises it on the GPU.
 
 Bad input: skipped and counted. A file that cannot be read or decoded (corrupt, zero bytes, not an
 image) is left out of its batch, which is then smaller by one; it is listed in ``loader.skipped``.
@@ -211,11 +211,13 @@ class TorchLoader(LoaderBase):
         """Epoch ``epoch``'s batches from the one DataLoader iterator that runs across epochs.
 
         The iterator goes on into the next epoch (:class:`_EpochBatchSampler` is endless), so its
-        workers never wait for the training loop to start the next epoch: with few batches per
-        epoch and many workers, that wait cost a third of the throughput under training (measured
-        on an H200 host, BENCHMARKS.md). It is restarted (in-flight batches dropped) when the
-        epoch asked for is not the one it is on, e.g. after an epoch left midway or
-        ``set_epoch`` to another epoch.
+        workers never wait for the training loop to start the next epoch, and DataLoader's fixed
+        turn of workers runs on instead of restarting (which gave the first workers the extra
+        batch of every epoch). With few batches per epoch per worker this is +19% on a 2-core
+        VM (BENCHMARKS.md, "torch backend across epoch boundaries"); it is the suspected cause
+        of the torch backend's 33-39% data wait under training on the H200 host, not yet
+        measured there. It is restarted (in-flight batches dropped) when the epoch asked for is
+        not the one it is on, e.g. after an epoch left midway or ``set_epoch`` to another epoch.
         """
         if self._iter is None or self._ready_epoch != epoch:
             self.batch_sampler.set_epoch(epoch)
