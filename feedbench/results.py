@@ -11,6 +11,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import sys
 import tempfile
 import types
@@ -43,6 +44,25 @@ def percentiles(values) -> Percentiles | None:
     a = np.asarray(values, dtype=np.float64)
     p50, p95, p99 = np.percentile(a, [50, 95, 99])
     return Percentiles(float(p50), float(p95), float(p99), float(a.max()))
+
+
+def spread(values) -> dict[str, Any]:
+    """Repeats summarised: ``n``, ``mean``, ``std`` (sample std; 0 for one value), ``min``,
+    ``max`` and ``cv`` (std / mean) of the values that are not None (all None but ``n`` = 0 when
+    there are none). The one summary of repeats for the scan's curve and the benchmark scripts."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"n": 0, "mean": None, "std": None, "min": None, "max": None, "cv": None}
+    mean = statistics.fmean(vals)
+    std = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return {
+        "n": len(vals),
+        "mean": mean,
+        "std": std,
+        "min": min(vals),
+        "max": max(vals),
+        "cv": std / mean if mean > 0 else 0.0,
+    }
 
 
 @dataclass

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from feedbench.errors import FeedbenchError
-from feedbench.results import CurvePoint, Measurement
+from feedbench.results import CurvePoint, Measurement, spread
 
 
 def parse_counts(text: str) -> tuple[int, ...]:
@@ -38,11 +38,7 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
     # warm-up apart: the steady rate where every measurement has one, else whole-pass rates
     steady = all(m.steady_samples_per_s is not None for ms in groups.values() for m in ms)
     for (pass_name, n), ms in sorted(groups.items(), key=lambda kv: (kv[0][0] != "cold", kv[0])):
-        rates = np.array(
-            [m.steady_samples_per_s if steady else m.samples_per_s for m in ms], dtype=np.float64
-        )
-        mean = float(rates.mean())
-        std = float(rates.std(ddof=1)) if len(rates) > 1 else 0.0
+        rates = spread([m.steady_samples_per_s if steady else m.samples_per_s for m in ms])
         aus = [m.au_mean for m in ms if m.au_mean is not None]
         mins = [m.au_min for m in ms if m.au_min is not None]
         points.append(
@@ -50,11 +46,11 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
                 consumers=n,
                 pass_name=pass_name,
                 repeats=len(ms),
-                samples_per_s_mean=mean,
-                samples_per_s_std=std,
-                samples_per_s_min=float(rates.min()),
-                samples_per_s_max=float(rates.max()),
-                cv=std / mean if mean > 0 else 0.0,
+                samples_per_s_mean=rates["mean"],
+                samples_per_s_std=rates["std"],
+                samples_per_s_min=rates["min"],
+                samples_per_s_max=rates["max"],
+                cv=rates["cv"],
                 mb_per_s_mean=float(np.mean([m.mb_per_s for m in ms])),
                 efficiency=None,
                 au_mean=float(np.mean(aus)) if aus else None,

@@ -273,14 +273,12 @@ def build_one(args, backend: str, src: Path, shards: Path, opts: dict):
 
 
 def summary(values: list[float]) -> dict:
-    a = np.asarray(values, dtype=float)
+    from feedbench.results import spread
+
+    rounded = {"cv": 4}  # rates to 0.1 img/s, the coefficient of variation to 4 places
     return {
-        "mean": round(float(a.mean()), 1),
-        "std": round(float(a.std(ddof=1)), 1) if len(a) > 1 else 0.0,
-        "min": round(float(a.min()), 1),
-        "max": round(float(a.max()), 1),
-        "cv": round(float(a.std(ddof=1) / a.mean()), 4) if len(a) > 1 and a.mean() > 0 else 0.0,
-        "n": len(a),
+        k: round(v, rounded.get(k, 1)) if isinstance(v, float) else v
+        for k, v in spread(values).items()
     }
 
 

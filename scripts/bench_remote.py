@@ -32,8 +32,6 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-import numpy as np
-
 KEY, SECRET = "feedbench", "feedbench-secret"
 
 
@@ -136,9 +134,9 @@ def curl_run(urls: list[str]) -> dict | None:
 
 
 def summary(xs: list[float]) -> dict:
-    a = np.asarray(xs, float)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
-            "n": len(a)}  # fmt: skip
+    from feedbench.results import spread
+
+    return spread(xs)
 
 
 def main() -> int:

@@ -102,16 +102,9 @@ def log(msg: str) -> None:
 
 
 def summary(values: list[float]) -> dict[str, Any]:
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
-        return {"n": 0, "mean": None, "std": None, "min": None, "max": None}
-    return {
-        "n": len(vals),
-        "mean": statistics.fmean(vals),
-        "std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
-        "min": min(vals),
-        "max": max(vals),
-    }
+    from feedbench.results import spread
+
+    return spread(values)
 
 
 def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
