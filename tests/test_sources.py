@@ -1,4 +1,5 @@
 import os
+import re
 import shutil
 
 import numpy as np
@@ -88,6 +89,7 @@ def test_truncated_shard_yields_good_samples_then_one_error(dataset_copy):
     assert 1 <= len(good) < 6
     assert len(bad) == 1 and "truncated" in bad[0].error
     assert bad[0].key.endswith("shard-00001.tar")
+    assert re.search(r"truncated member \d+\.jpg\)$", bad[0].error), bad[0].error  # as text
 
 
 @pytest.mark.parametrize("fmt", ["ustar", "gnu", "pax"])

@@ -253,6 +253,10 @@ def _pax_path(payload: bytes) -> tuple[str | None, int | None]:
     return path, size
 
 
+def _text(name: str | bytes) -> str:
+    return name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+
+
 # name, size, checksum and type flag: read from every header in one C call
 _HEADER = struct.Struct("100s24x12s12x8s1s")
 _ZERO_BLOCK = bytes(512)
@@ -330,12 +334,12 @@ def iter_tar(
                 continue
             data = reader.read(size, views)
             if len(data) < size:
-                raise TarFormatError(f"truncated member {name}")
+                raise TarFormatError(f"truncated member {_text(name)}")
             if reader.skip(padded - size) < padded - size:
-                raise TarFormatError(f"truncated padding after {name}")
+                raise TarFormatError(f"truncated padding after {_text(name)}")
             yield name, data
         elif reader.skip(padded) < padded:
-            raise TarFormatError(f"truncated member {name}")
+            raise TarFormatError(f"truncated member {_text(name)}")
 
 
 class ShardSource(Source):
