@@ -25,8 +25,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
     from feedbench.cache import evict
-    from feedbench.sources import detect
-    from feedbench.sources import local
+    from feedbench.sources import detect, local
 
     src, _ = detect(args.shards, "shards")
     files = [str(f) for f in src.files()]
