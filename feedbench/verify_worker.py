@@ -291,6 +291,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stream-priority", choices=STREAM_PRIORITIES, default="normal")
     p.add_argument("--cpu-affinity", choices=CPU_AFFINITIES, default="inherit")
     p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
+    # diagnostic: a CUDA kernel trace of this many measured steps (after 10), to trace-rankR.json.gz
+    p.add_argument("--trace-steps", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out-dir", required=True)
     p.add_argument("--timeout-s", type=float, default=600.0, help="collective timeout")
     p.add_argument("--fail-at-step", type=int, default=None, help=argparse.SUPPRESS)
@@ -323,6 +325,24 @@ def cpu_list(cpus) -> str:
         out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
         i = j + 1
     return ",".join(out)
+
+
+def start_trace():
+    """torch.profiler recording CUDA activity (kernels, copies, with their streams): every
+    stream of the process, DALI's included. A diagnostic; it costs the traced steps time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    tracer = profile(activities=[ProfilerActivity.CUDA])
+    tracer.__enter__()
+    return tracer
+
+
+def stop_trace(tracer, path: str) -> None:
+    import torch
+
+    torch.cuda.synchronize()
+    tracer.__exit__(None, None, None)
+    tracer.export_chrome_trace(path)
 
 
 def write_part(path: str, series: StepSeries, done: bool) -> None:
@@ -451,8 +471,15 @@ def run(args: argparse.Namespace) -> int:
         t0 = None
         fail_rank = args.fail_rank if args.fail_rank is not None else world - 1
         prev_end = clock.mark()
+        tracer = None
+        trace_from = args.warmup + min(10, max(0, args.steps - args.trace_steps))
         for step in range(total):
             measuring = step >= args.warmup
+            if args.trace_steps and cuda and step == trace_from:
+                tracer = start_trace()
+            if tracer is not None and step == trace_from + args.trace_steps:
+                stop_trace(tracer, os.path.join(args.out_dir, f"trace-rank{rank}.json.gz"))
+                tracer = None
             if step == args.warmup:
                 while pending:  # the warm-up's steps: timed, kept apart
                     series.warmup_step_s.append(read_marks(pending.popleft(), clock).step_s)
