@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from feedbench import stages as st
 from feedbench.results import ConsumerStats, Percentiles, SampleError, StageStats, percentiles
 from feedbench.sources import Source
+from loaders.base import start_workers
 
 KEEP_ERRORS = 20
 CPU_STAGES = ("read", "decode", "augment", "collate")
@@ -222,7 +223,7 @@ def run_consumer(
     barrier_idle_s = _barrier_cost(flag, group) if sync else None
 
     t_start = time.perf_counter()
-    it = iter(loader)
+    it = start_workers(loader) if isinstance(loader, DataLoader) else iter(loader)
     while True:
         t0 = time.perf_counter()
         try:

@@ -10,6 +10,7 @@ largest number of samples any rank's shards can hold (see :mod:`loaders.wds_back
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,27 @@ import torch
 from loaders.dist import DistInfo
 from loaders.source import SampleIndex, Skipped
 from loaders.transforms import Normalize
+
+
+def start_workers(dataloader) -> Iterator:
+    """``iter(dataloader)``; where that forks worker processes, first collect this process's
+    garbage (here, where finalizers can run) and freeze what is left while the workers fork.
+
+    A forked worker's collector would otherwise finalize garbage it inherited. A DALI pipeline
+    left to the collector (say a loader in a reference cycle through a kept traceback) then runs
+    its ``__del__`` in the worker, which waits for DALI's threads, or for a lock one of them held
+    at the fork: threads only the parent has. The worker hangs, and the training loop with it
+    (seen in this project's test suite: ``Pipeline._shutdown`` in a torch worker's init).
+    """
+    forks = dataloader.num_workers > 0 and getattr(dataloader, "_iterator", None) is None
+    if not forks:  # no workers, or persistent ones already running
+        return iter(dataloader)
+    gc.collect()
+    gc.freeze()  # the workers' collector leaves everything inherited alone
+    try:
+        return iter(dataloader)
+    finally:
+        gc.unfreeze()
 
 
 def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.device:

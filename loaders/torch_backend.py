@@ -32,7 +32,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data.distributed import DistributedSampler
 
-from loaders.base import LoaderBase
+from loaders.base import LoaderBase, start_workers
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.prefetch import DevicePrefetcher
 from loaders.source import SampleIndex, Skipped
@@ -221,7 +221,7 @@ class TorchLoader(LoaderBase):
         """
         if self._iter is None or self._ready_epoch != epoch:
             self.batch_sampler.set_epoch(epoch)
-            self._iter = iter(self.dataloader)
+            self._iter = start_workers(self.dataloader)
         self._ready_epoch = None  # midway until every batch of the epoch is taken
         for _ in range(len(self.batch_sampler)):
             images, labels, keys, skipped = next(self._iter)

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.base import LoaderBase
+from loaders.base import LoaderBase, start_workers
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
@@ -292,7 +292,7 @@ class WdsLoader(LoaderBase):
         )
 
     def _chunks(self):
-        for images, labels, keys, skipped in self.dataloader:
+        for images, labels, keys, skipped in start_workers(self.dataloader):
             self._record_skipped(skipped)
             yield images, labels, keys
 
