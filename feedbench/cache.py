@@ -126,3 +126,24 @@ def drop_all_caches() -> bool:
         return True
     except OSError:
         return False
+
+
+def device_read_ahead(path: str) -> tuple[int, int] | None:
+    """(read-ahead, largest request) in bytes of the block device under ``path``, from sysfs
+    (``queue/read_ahead_kb``, ``queue/max_sectors_kb``; a partition's are its disk's), or None
+    where there is no block device to ask (network, FUSE or overlay filesystems)."""
+    try:
+        dev = os.stat(path).st_dev
+    except OSError:
+        return None
+    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    for queue in (f"{base}/queue", f"{base}/../queue"):
+        try:
+            with open(f"{queue}/read_ahead_kb") as f:
+                ra = int(f.read()) * 1024
+            with open(f"{queue}/max_sectors_kb") as f:
+                request = int(f.read()) * 1024
+            return ra, request
+        except (OSError, ValueError):
+            continue
+    return None

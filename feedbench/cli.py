@@ -107,12 +107,17 @@ ScanPath = Annotated[
 
 def _scan_config(options: dict):
     """A ScanConfig from a command's options (its ``locals()``): names match the config's fields,
-    except ``step_time`` → ``step_s`` and ``read_latency`` → ``read_latency_s``."""
+    except ``step_time`` → ``step_s``, ``read_latency`` → ``read_latency_s`` and ``read_ahead`` →
+    ``read_ahead_mb``."""
     from feedbench.run import ScanConfig, parse_passes
     from feedbench.stages import parse_stages
     from feedbench.sweep import parse_counts
 
-    renamed = {"step_time": "step_s", "read_latency": "read_latency_s"}
+    renamed = {
+        "step_time": "step_s",
+        "read_latency": "read_latency_s",
+        "read_ahead": "read_ahead_mb",
+    }
     fields = ScanConfig.__dataclass_fields__
     kw = {renamed.get(k, k): v for k, v in options.items() if renamed.get(k, k) in fields}
     path = kw.get("path")
@@ -187,6 +192,14 @@ def scan(
     ] = False,
     read_latency: Annotated[
         float, typer.Option(help="Add this many seconds to every file read (emulate slow storage).")
+    ] = 0.0,
+    read_ahead: Annotated[
+        float,
+        typer.Option(
+            help="Shards: ask the kernel to read this many MiB ahead of each shard's read "
+            "position (posix_fadvise WILLNEED), so the disk works while the tar is parsed. "
+            "0: the kernel's own read-ahead only."
+        ),
     ] = 0.0,
     warmup_batches: Annotated[
         int, typer.Option(help="Batches per consumer left out of AU and the steady rate.")
@@ -271,6 +284,7 @@ def torchrun_main() -> None:
         drop_caches: bool = False,
         direct: bool = False,
         read_latency: float = 0.0,
+        read_ahead: float = 0.0,
         warmup_batches: int = 1,
         seed: int = 0,
         loader: str | None = None,

@@ -97,6 +97,8 @@ def _labels(paths: list[str], given: list[str] | None) -> list[str]:
 def _cache_mode(config: dict[str, Any], pass_name: str) -> str:
     if config.get("direct"):
         return "O_DIRECT"
+    if config.get("read_ahead_mb"):
+        return f"{pass_name}, read-ahead {config['read_ahead_mb']:g} MiB"
     return pass_name
 
 

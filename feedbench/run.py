@@ -62,6 +62,7 @@ class ScanConfig:
     async_steps: bool = False
     warmup_batches: int = 1
     read_latency_s: float = 0.0
+    read_ahead_mb: float = 0.0  # shards: MiB the kernel is asked to read ahead (0: its own)
     target_au: float = 0.9
     find_max: bool = False
     max_consumers: int | None = None
@@ -137,7 +138,11 @@ def plan(config: ScanConfig) -> Plan:
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
     source, notes = detect(config.path, config.fmt)
-    source.set_options(direct=config.direct, latency_s=config.read_latency_s)
+    source.set_options(
+        direct=config.direct,
+        latency_s=config.read_latency_s,
+        read_ahead=int(config.read_ahead_mb * (1 << 20)),
+    )
     return source, notes
 
 
@@ -510,6 +515,8 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
         raise FeedbenchError("--warmup-batches must be 0 or more")
     if config.read_latency_s < 0:
         raise FeedbenchError("--read-latency must be 0 or more")
+    if not 0 <= config.read_ahead_mb <= 1024:
+        raise FeedbenchError("--read-ahead takes 0 to 1024 MiB")
     if not 0 < config.target_au <= 1:
         raise FeedbenchError("--target-au must be within (0, 1]")
     p = plan(config)
@@ -523,6 +530,17 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
             f"--{'direct' if config.direct else 'drop-caches'} controls this machine's page "
             f"cache; {config.path} is read over the network"
         )
+    if config.read_ahead_mb:
+        why = (
+            "it reads over the network" if source.remote
+            else "with --direct there is no page cache to fill" if config.direct
+            else "it applies to tar shards, not an image tree" if source.kind != "shards"
+            else "it does not apply to --loader, which reads with the loader's own reader"
+            if config.loader is not None
+            else None
+        )  # fmt: skip
+        if why:
+            raise FeedbenchError(f"--read-ahead: {config.path}: {why}")
     if source.remote and config.loader is not None:
         raise FeedbenchError("--loader reads local paths; scan the URL without --loader")
     if config.direct:

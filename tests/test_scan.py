@@ -1,5 +1,6 @@
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -154,6 +155,22 @@ def test_cli_bad_paths(cli, tmp_path):
     (tmp_path / "txt" / "a.csv").write_text("1,2")
     assert "no images" in _one_line_error(cli("scan", str(tmp_path / "txt")))
     assert "unknown stage" in _one_line_error(cli("scan", str(tmp_path), "--stages", "resize"))
+
+
+@pytest.mark.parametrize(
+    ("where", "args", "message"),
+    [
+        ("images", ["--read-ahead", "4"], "--read-ahead: .*images: it applies to tar shards"),
+        ("shards", ["--read-ahead", "-1"], "--read-ahead takes 0 to 1024 MiB"),
+        ("shards", ["--read-ahead", "4", "--direct"], "with --direct there is no page cache"),
+        ("shards", ["--read-ahead", "4", "--loader", "torch"], "does not apply to --loader"),
+    ],
+)
+def test_cli_read_ahead_where_it_cannot_apply(cli, dataset, tmp_path, where, args, message):
+    out = tmp_path / "r.json"
+    line = _one_line_error(cli("scan", str(dataset / where), *args, "--json", str(out)))
+    assert re.search(message, line), line
+    assert not out.exists()
 
 
 def test_cli_skips_corrupt_and_zero_byte_files_and_leaves_data_alone(cli, dataset_copy, tmp_path):

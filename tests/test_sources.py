@@ -199,3 +199,82 @@ def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
     assert kinds == {"memoryview", "bytes"}  # both paths were taken
     copies = {s.key: (s.data, s.label) for s in src.iter_samples([0])}
     assert {k.rpartition(":")[2]: v for k, v in copies.items()} == expected
+
+
+def _big_shard(path, samples: int, size: int):
+    import io
+    import tarfile
+
+    rng = np.random.default_rng(0)
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for i in range(samples):
+            for ext, data in (("jpg", rng.bytes(size)), ("cls", str(i % 7).encode())):
+                info = tarfile.TarInfo(f"{i:06d}.{ext}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_read_ahead_window_reads_the_same_samples(tmp_path):
+    """--read-ahead only hints the kernel: the same samples, bytes and byte counts."""
+    path = _big_shard(tmp_path / "big.tar", 40, 150_000)
+    size = path.stat().st_size
+
+    def walk(window):
+        src = ShardSource(str(tmp_path), [str(path)], [size])
+        src.set_options(read_ahead=window)
+        samples = src.iter_samples([0])
+        return [(s.key, bytes(s.data), s.label, s.read_bytes, s.error) for s in samples]
+
+    plain, ahead = walk(0), walk(1 << 20)
+    assert ahead == plain and len(plain) == 40 and not any(s[4] for s in plain)
+    assert sum(s[3] for s in ahead) == size
+
+
+def _kernel_read_ahead(path) -> int | None:
+    """The block device's own read-ahead in bytes (sysfs), or None where it cannot be told."""
+    dev = os.stat(path).st_dev
+    base = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    for q in (f"{base}/queue/read_ahead_kb", f"{base}/../queue/read_ahead_kb"):
+        try:
+            with open(q) as f:
+                return int(f.read()) * 1024
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def test_read_ahead_window_fills_the_page_cache_ahead_of_the_reader(tmp_path):
+    """After the first sample of a cold 40 MiB shard, a 32 MiB window has most of the file in the
+    page cache; the kernel's own read-ahead alone (measured the same way) has much less."""
+    import time
+
+    from feedbench import cache
+
+    path = str(_big_shard(tmp_path / "big.tar", 40, 1 << 20))
+    size = os.path.getsize(path)
+    own = _kernel_read_ahead(path)
+    if own is None or own >= 16 << 20:
+        pytest.skip(f"the kernel's own read-ahead here ({own} bytes) is unknown or ≥ 16 MiB")
+    src = ShardSource(str(tmp_path), [path], [size])
+
+    def resident_after_first_sample(window: int) -> int:
+        cache.evict([path])
+        if cache.file_residency(path)[0] > 0:
+            pytest.skip("the page cache cannot be emptied on this filesystem")
+        src.set_options(read_ahead=window)
+        walk = src.iter_samples([0], views=True)
+        next(walk)
+        deadline, best = time.monotonic() + 5, 0
+        while time.monotonic() < deadline:  # the hint is asynchronous: wait for the disk
+            best = max(best, cache.file_residency(path)[0])
+            if best >= 30 << 20:
+                break
+            time.sleep(0.05)
+        walk.close()
+        return best
+
+    without = resident_after_first_sample(0)
+    with_window = resident_after_first_sample(32 << 20)
+    assert with_window >= 30 << 20, (with_window, without)
+    assert without < 20 << 20, (with_window, without)

@@ -29,9 +29,12 @@ class Source(ABC):
     direct: bool = False  # read with O_DIRECT (no page cache)
     latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
     remote: bool = False  # read over the network (fsspec): no page cache to control here
+    read_ahead: int = 0  # bytes the kernel is asked to read ahead of a shard's read position
 
-    def set_options(self, *, direct: bool = False, latency_s: float = 0.0) -> None:
-        self.direct, self.latency_s = direct, latency_s
+    def set_options(
+        self, *, direct: bool = False, latency_s: float = 0.0, read_ahead: int = 0
+    ) -> None:
+        self.direct, self.latency_s, self.read_ahead = direct, latency_s, read_ahead
 
     @abstractmethod
     def units(self) -> int:

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from feedbench.cache import device_read_ahead
 from feedbench.sources.base import RawSample, Source
 
 _READ_CHUNK = 1 << 20
@@ -129,9 +130,17 @@ class _TimedReader:
     ``read(n, view=True)`` may return a view into the buffer instead of a copy; a caller that
     keeps such a view across further reads must ``pin`` it: before the buffer is refilled, every
     pinned view is replaced by a copy of its bytes (``holder[0]``), so what it sees never changes.
+
+    ``window`` > 0: after a read call, the kernel is asked (``POSIX_FADV_WILLNEED``) to have the
+    next ``window`` bytes in the page cache, renewed every half window, so the disk keeps reading
+    while the caller works on what it has (the read calls are unchanged; the hints' own time
+    counts as reading). Linux reads at most max(read_ahead_kb, max_sectors_kb) of the device per
+    hint and silently drops the rest, so the window is asked for in pieces of ``piece`` bytes.
     """
 
-    def __init__(self, path: str, *, direct: bool = False) -> None:
+    def __init__(
+        self, path: str, *, direct: bool = False, window: int = 0, piece: int = 128 << 10
+    ) -> None:
         self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
         self._mv = _Buffers.get(direct)
         self._start = self._end = 0
@@ -139,6 +148,9 @@ class _TimedReader:
         self.bytes = 0
         self.seconds = 0.0
         self._pinned: list[list] = []
+        self._window = window
+        self._piece = max(4096, piece)
+        self._ahead = 0  # the end of what has been asked for
 
     def pin(self, view) -> list:
         """A holder ``[view]`` whose item becomes a copy before the buffer under it changes."""
@@ -161,11 +173,20 @@ class _TimedReader:
             self._materialize()
         t0 = time.perf_counter()
         n = os.readv(self._fd, [self._mv])
-        self.seconds += time.perf_counter() - t0
         self.bytes += n
         self._start, self._end = 0, n
         if n == 0:
             self.eof = True
+        elif self._window and self.bytes + self._window // 2 >= self._ahead:
+            self._hint()
+        self.seconds += time.perf_counter() - t0
+
+    def _hint(self) -> None:
+        pos, end = max(self._ahead, self.bytes), self.bytes + self._window
+        while pos < end:
+            os.posix_fadvise(self._fd, pos, min(self._piece, end - pos), os.POSIX_FADV_WILLNEED)
+            pos += self._piece
+        self._ahead = end
 
     def read(self, n: int, view: bool = False) -> bytes | memoryview:
         """Up to ``n`` bytes (fewer only at the end of the file); with ``view``, a view into the
@@ -351,6 +372,7 @@ class ShardSource(Source):
         self.root = root
         self._shards = np.asarray(shards, dtype=str)
         self._sizes = np.asarray(sizes, dtype=np.int64)
+        self._piece: int | None = None  # read-ahead hint size, found at the first open
 
     def units(self) -> int:
         return len(self._shards)
@@ -372,7 +394,12 @@ class ShardSource(Source):
             yield from self._iter_shard(str(self._shards[i]), views)
 
     def _open_reader(self, path: str) -> _TimedReader:
-        return _TimedReader(path, direct=self.direct)
+        if not self.read_ahead:
+            return _TimedReader(path, direct=self.direct)
+        if self._piece is None:  # the most one hint makes the kernel read on this device
+            known = device_read_ahead(path)
+            self._piece = max(known) if known else 128 << 10
+        return _TimedReader(path, direct=self.direct, window=self.read_ahead, piece=self._piece)
 
     def _iter_shard(self, path: str, views: bool = False) -> Iterator[RawSample]:
         t_open = time.perf_counter()
