@@ -1,0 +1,50 @@
+"""The analysis scripts in scripts/ that the benchmarks' figures come from."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+
+
+def test_trace_streams_sums_kernel_time_per_stream_and_overlap(tmp_path):
+    """Two streams: 7 runs [0, 10] and [20, 30] ms, 13 runs [5, 25] ms; a copy on 7."""
+
+    def kernel(stream, start_ms, end_ms, name):
+        return {
+            "ph": "X", "cat": "kernel", "name": name, "ts": start_ms * 1e3,
+            "dur": (end_ms - start_ms) * 1e3, "args": {"stream": stream},
+        }  # fmt: skip
+
+    events = [
+        kernel(7, 0, 10, "conv_fwd"),
+        kernel(7, 20, 30, "conv_bwd"),
+        kernel(13, 5, 25, "dali::resize"),
+        {
+            "ph": "X",
+            "cat": "gpu_memcpy",
+            "name": "HtoD",
+            "ts": 1e3,
+            "dur": 2e3,
+            "args": {"stream": 7},
+        },
+        {"ph": "M", "name": "process_name", "args": {"name": "python"}},
+    ]
+    path = tmp_path / "trace-rank0.json.gz"
+    with gzip.open(path, "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    r = subprocess.run(
+        [sys.executable, str(SCRIPTS / "trace_streams.py"), str(path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out = " ".join(r.stdout.split())
+    assert re.search(r"window 30\.0 ms, some kernel running 30\.0 ms \(100\.0%\)", out), out
+    assert "stream 7: 2 kernels, 20.0 ms of kernels, 20.0 ms busy, 10.0 ms of it beside" in out
+    assert "stream 13: 1 kernels, 20.0 ms of kernels, 20.0 ms busy, 10.0 ms of it beside" in out
+    assert "20.00 ms dali::resize" in out and "10.00 ms conv_fwd" in out
+    assert "stream 7: 1 copies/sets, 2.0 ms" in out
