@@ -27,6 +27,7 @@ import psutil
 from feedbench import cache
 from feedbench.consumer import StepOptions, consumer_units, merge_stages, run_consumer
 from feedbench.errors import FeedbenchError
+from feedbench.exit import leave_without_finalizing
 from feedbench.profiles import get_profile
 from feedbench.results import (
     CacheState,
@@ -388,6 +389,7 @@ def _spawned(
         keep,
         progress,
     )
+    leave_without_finalizing()
 
 
 class Interrupted(Exception):

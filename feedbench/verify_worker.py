@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feedbench.errors import FeedbenchError
+from feedbench.exit import leave_without_finalizing
 from feedbench.results import to_dict, write_atomic
 from feedbench.verify_results import StepSeries
 
@@ -560,15 +561,13 @@ def run(args: argparse.Namespace) -> int:
                 loader.close()
     # a failed rank leaves at once: its peers may be stuck in a collective and its loader's
     # workers may be gone; torchrun stops the rest of the job (and the workers' process group)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave_without_finalizing(code)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    sys.exit(run(args))
+    leave_without_finalizing(run(args))  # its results are written: no interpreter teardown
 
 
 if __name__ == "__main__":

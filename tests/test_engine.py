@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -347,3 +348,22 @@ def test_merged_read_latency_is_over_every_read_of_every_consumer():
     assert got.p95_s == pytest.approx(0.050)  # 10% of all reads are slow: p95 is slow, p50 not
     worst = merge_stages([stage(fast), stage(slow)])[0].latency  # no raw values: upper bound
     assert worst.p50_s == pytest.approx(0.050) and worst.p50_s > got.p50_s
+
+
+def test_torchrun_rank_with_nothing_usable_writes_results_then_fails(tmp_path):
+    """As a local scan: results written, one error line, a non-zero exit (here: torchrun's)."""
+    bad = tmp_path / "bad" / "cls"
+    bad.mkdir(parents=True)
+    for i in range(3):
+        (bad / f"{i}.jpg").write_bytes(os.urandom(1000))
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+           "-m", "feedbench.consumer", str(tmp_path / "bad"), "--workers", "0", "-b", "2",
+           "--json", str(out), "--no-plots"]  # fmt: skip
+    r = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )  # fmt: skip
+    assert r.returncode != 0, r.stdout + r.stderr
+    assert re.search(r"^error: no sample of .* could be read", r.stderr, re.M), r.stderr
+    assert json.loads(out.read_text())["measurements"][0]["errors"] == 3
