@@ -18,17 +18,9 @@ import json
 from collections import defaultdict
 
 
-def union(intervals: list[tuple[float, float]]) -> float:
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(intervals):
-        if b <= end:
-            continue
-        total += b - max(a, end)
-        end = b
-    return total
-
-
 def summarize(path: str, top: int) -> None:
+    from feedbench.verify_worker import union_length as union  # time covered by the intervals
+
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:
         events = json.load(f)["traceEvents"]
