@@ -31,8 +31,9 @@ def start_workers(dataloader) -> Iterator:
     its ``__del__`` in the worker, which waits for DALI's threads, or for a lock one of them held
     at the fork: threads only the parent has. The worker hangs, and the training loop with it
     (seen in this project's test suite: ``Pipeline._shutdown`` in a torch worker's init). Pinned
-    batches left in a cycle (say by a kept traceback) are freed there with a CUDA call that the
-    child cannot make (seen on an H200: a wds worker aborting with cudaErrorInitializationError).
+    batches left in a cycle (say by a kept traceback) would be freed there with a CUDA call that
+    the child cannot make: the likely cause, unconfirmed, of a wds worker aborting with
+    cudaErrorInitializationError on an H200.
     """
     forks = dataloader.num_workers > 0 and getattr(dataloader, "_iterator", None) is None
     if not forks:  # no workers, or persistent ones already running

@@ -63,8 +63,8 @@ def test_high_priority_stream_has_the_devices_highest_priority():
 
 # On the H200 run of 2026-11-30 a wds worker forked in this test aborted with
 # cudaErrorInitializationError after the torch cases had failed mid-iteration (a test bug, fixed
-# since): their pinned batches, kept alive by the failures' tracebacks, were garbage the forked
-# worker's collector freed (a CUDA call in a child). Workers now start through
+# since). Likely (unconfirmed): their pinned batches, kept alive by the failures' tracebacks, were
+# garbage the forked worker's collector freed (a CUDA call in a child). Workers now start through
 # loaders.base.start_workers (collect in the parent, freeze while forking; tests/
 # test_loaders_fork.py), so no case is expected to fail here; not yet run on a GPU since.
 
