@@ -397,8 +397,8 @@ class ShardSource(Source):
         if not self.read_ahead:
             return _TimedReader(path, direct=self.direct)
         if self._piece is None:  # the most one hint makes the kernel read on this device
-            known = device_read_ahead(path)
-            self._piece = max(known) if known else 128 << 10
+            known = max(device_read_ahead(path) or (0,))
+            self._piece = known if known > 0 else 128 << 10
         return _TimedReader(path, direct=self.direct, window=self.read_ahead, piece=self._piece)
 
     def _iter_shard(self, path: str, views: bool = False) -> Iterator[RawSample]:
