@@ -334,7 +334,7 @@ def start_trace():
     from torch.profiler import ProfilerActivity, profile
 
     tracer = profile(activities=[ProfilerActivity.CUDA])
-    tracer.__enter__()
+    tracer.start()
     return tracer
 
 
@@ -342,7 +342,7 @@ def stop_trace(tracer, path: str) -> None:
     import torch
 
     torch.cuda.synchronize()
-    tracer.__exit__(None, None, None)
+    tracer.stop()
     tracer.export_chrome_trace(path)
 
 
