@@ -265,6 +265,8 @@ def scan(
 
 def torchrun_main() -> None:
     """``torchrun … -m feedbench.consumer PATH [scan options]``: this process is one rank."""
+    from feedbench.exit import leave_without_finalizing
+
     torchrun_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
     @torchrun_app.command()
@@ -293,26 +295,23 @@ def torchrun_main() -> None:
     ) -> None:
         """One consumer rank under torchrun; rank 0 gathers, renders and writes the results."""
         from feedbench import results as res
-        from feedbench.exit import leave_without_finalizing
         from feedbench.run import run_under_torchrun, unusable
 
         config = _scan_config(locals())
         target = json_out or Path("results") / time.strftime("scan-%Y%m%d-%H%M%S.json")
         result = run_under_torchrun(config, on_update=lambda r: res.save(r, target))
-        code = 0
         if result is not None:
             _write_outputs(result, target, plots)
             problem = unusable(result)  # as for a local scan: written, then one line and exit 2
             if problem:
-                err.print(f"error: {problem}", markup=False, highlight=False, soft_wrap=True)
-                code = 2
-        leave_without_finalizing(code)  # a torchrun rank, its work written (see the function)
+                raise FeedbenchError(problem)
+        leave_without_finalizing()  # a torchrun rank, its work written (see the function)
 
     try:
         torchrun_app()
     except FeedbenchError as e:
         err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
+        leave_without_finalizing(2)
 
 
 @app.command()
