@@ -533,14 +533,15 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
             f"cache; {config.path} is read over the network"
         )
     if config.read_ahead_mb:
-        why = (
-            "it reads over the network" if source.remote
-            else "with --direct there is no page cache to fill" if config.direct
-            else "it applies to tar shards, not an image tree" if source.kind != "shards"
-            else "it does not apply to --loader, which reads with the loader's own reader"
-            if config.loader is not None
-            else None
-        )  # fmt: skip
+        why = None
+        if source.remote:
+            why = "it reads over the network"
+        elif config.direct:
+            why = "with --direct there is no page cache to fill"
+        elif source.kind != "shards":
+            why = "it applies to tar shards, not an image tree"
+        elif config.loader is not None:
+            why = "it does not apply to --loader, which reads with the loader's own reader"
         if why:
             raise FeedbenchError(f"--read-ahead: {config.path}: {why}")
     if source.remote and config.loader is not None:
