@@ -223,7 +223,7 @@ def run_consumer(
     barrier_idle_s = _barrier_cost(flag, group) if sync else None
 
     t_start = time.perf_counter()
-    it = start_workers(loader) if isinstance(loader, DataLoader) else iter(loader)
+    it = start_workers(loader)
     while True:
         t0 = time.perf_counter()
         try:

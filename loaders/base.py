@@ -23,8 +23,9 @@ from loaders.transforms import Normalize
 
 
 def start_workers(dataloader) -> Iterator:
-    """``iter(dataloader)``; where that forks worker processes, first collect this process's
-    garbage (here, where finalizers can run) and freeze what is left while the workers fork.
+    """``iter(dataloader)``; where that forks worker processes (a DataLoader with workers and no
+    live persistent ones), first collect this process's garbage (here, where finalizers can run)
+    and freeze what is left while the workers fork. Any other iterable: plain ``iter``.
 
     A forked worker's collector would otherwise finalize garbage it inherited. A DALI pipeline
     left to the collector (say a loader in a reference cycle through a kept traceback) then runs
@@ -35,7 +36,9 @@ def start_workers(dataloader) -> Iterator:
     the child cannot make: the likely cause, unconfirmed, of a wds worker aborting with
     cudaErrorInitializationError on an H200.
     """
-    forks = dataloader.num_workers > 0 and getattr(dataloader, "_iterator", None) is None
+    forks = (
+        getattr(dataloader, "num_workers", 0) > 0 and getattr(dataloader, "_iterator", None) is None
+    )
     if not forks:  # no workers, or persistent ones already running
         return iter(dataloader)
     gc.collect()
