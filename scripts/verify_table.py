@@ -17,7 +17,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -29,12 +28,15 @@ def split_stem(stem: str) -> tuple[str, str]:
 
 
 def spread(values: list[float], fmt: str) -> str:
-    if not values:
+    """Mean ± sample std of the repeats (``feedbench.results.spread``), formatted."""
+    from feedbench.results import spread as summary
+
+    s = summary(values)
+    if s["n"] == 0:
         return "–"
-    mean = statistics.fmean(values)
-    if len(values) == 1:
-        return format(mean, fmt) + " (1 run)"
-    return f"{format(mean, fmt)} ± {format(statistics.stdev(values), fmt)}"
+    if s["n"] == 1:
+        return format(s["mean"], fmt) + " (1 run)"
+    return f"{format(s['mean'], fmt)} ± {format(s['std'], fmt)}"
 
 
 def main(paths: list[str]) -> int:
