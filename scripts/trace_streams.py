@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
 from collections import defaultdict
 
 
@@ -68,7 +69,14 @@ def main() -> None:
     p.add_argument("--top", type=int, default=6, help="heaviest kernels listed per stream")
     args = p.parse_args()
     for path in args.traces:
-        summarize(path, args.top)
+        try:
+            summarize(path, args.top)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # not a trace: one line, exit 2
+            why = (
+                e.strerror if isinstance(e, OSError) and e.strerror else f"not a Chrome trace ({e})"
+            )
+            print(f"error: {path}: {why}", file=sys.stderr)
+            sys.exit(2)
 
 
 if __name__ == "__main__":

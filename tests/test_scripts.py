@@ -48,3 +48,15 @@ def test_trace_streams_sums_kernel_time_per_stream_and_overlap(tmp_path):
     assert "stream 13: 1 kernels, 20.0 ms of kernels, 20.0 ms busy, 10.0 ms of it beside" in out
     assert "20.00 ms dali::resize" in out and "10.00 ms conv_fwd" in out
     assert "stream 7: 1 copies/sets, 2.0 ms" in out
+
+
+def test_trace_streams_bad_input_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    for path, why in ((tmp_path / "missing.json.gz", "No such file"), (bad, "not a Chrome trace")):
+        r = subprocess.run(
+            [sys.executable, str(SCRIPTS / "trace_streams.py"), str(path)],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith(f"error: {path}: {why}"), r.stderr
