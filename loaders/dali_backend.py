@@ -15,7 +15,8 @@ size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNe
 or HWC when ``channels_last``). Files are read with plain reads for trees and mapped for shards
 (``dont_use_mmap``; the faster of the two for each, measured on an H200 host). Without a GPU
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
-tests run it.
+tests run it. ``decode="cpu"`` on a GPU decodes, crops and resizes on the CPU and normalises on
+the GPU (DECODE ON THE CPU below).
 
 **Equal lengths.** DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
 of ``N / W`` samples. The iterator uses ``reader_name`` with ``LastBatchPolicy.FILL`` on a padded
@@ -65,6 +66,12 @@ LABEL_DIGITS = 12  # .cls members longer than this are not labels
 # under ResNet-50 training (2 GPUs: 0.91 vs 0.84 of the synthetic ceiling): the hardware engine
 # frees the SMs that training needs. BENCHMARKS.md, "Loaders" and "verify".
 HW_DECODER_LOAD = 0.99
+# DECODE ON THE CPU (``decode="cpu"`` on a GPU): decode, random crop and resize on DALI's CPU
+# threads, DALI copies the uint8 batch to the GPU and only normalises there, so training keeps the
+# SMs. Measured on 2 H200s (ResNet-50, 14 threads per rank, 2026-11-30): 0.89-0.92 of the
+# synthetic ceiling with 2.8-3.8% data wait, against 0.93-0.94 for GPU decode: the CPU (28 of 32
+# cores busy) is the limit; DALI's CPU decode is costlier per image than the torch backend's
+# DCT-scaled one. Off by default; for hosts whose GPUs are the scarce part.
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits).
@@ -135,10 +142,13 @@ class DaliLoader(LoaderBase):
         hw_decoder_load: float = HW_DECODER_LOAD,
         dont_use_mmap: bool | None = None,
         pace: int | bool = 1,
+        decode: str = "auto",
         **common,
     ) -> None:
         require_dali()
         super().__init__(index, info, batch_size, **common)
+        if decode not in ("auto", "gpu", "cpu"):
+            raise ValueError(f"decode takes auto, gpu or cpu, not {decode!r}")
         self.num_threads = max(1, workers)
         self.workers = self.num_threads  # DALI CPU threads
         self.prefetch = prefetch
@@ -154,6 +164,11 @@ class DaliLoader(LoaderBase):
         # 10-20% on the H200 host), mapping for shards (a few large files: faster mapped there)
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
         self.gpu = self.device.type == "cuda"
+        if decode == "gpu" and not self.gpu:
+            raise ValueError("decode='gpu' needs a CUDA device")
+        # see DECODE ON THE CPU: decode, crop and resize on DALI's CPU threads, only the
+        # normalisation (after DALI's own copy to the GPU) on the GPU
+        self.decode = "gpu" if self.gpu and decode != "cpu" else "cpu"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []
         if index.kind == "shards":
@@ -176,7 +191,7 @@ class DaliLoader(LoaderBase):
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
         info, size = self.info, self.image_size
-        decode_device = "mixed" if self.gpu else "cpu"
+        decode_device = "mixed" if self.decode == "gpu" else "cpu"
         reader_args = dict(
             shard_id=info.rank,  # the GLOBAL rank: the local rank only picks the GPU
             num_shards=info.world_size,
@@ -189,7 +204,7 @@ class DaliLoader(LoaderBase):
         )
         index = self.index
         gpu_args = {}
-        if self.gpu:
+        if self.decode == "gpu":
             gpu_args = dict(
                 hw_decoder_load=self.hw_decoder_load,
                 preallocate_width_hint=5980,
@@ -260,6 +275,8 @@ class DaliLoader(LoaderBase):
                     antialias=True,
                 )
                 mirror = 0
+            if self.gpu and self.decode == "cpu":
+                images = images.gpu()  # uint8, a quarter of the float batch's bytes
             images = fn.crop_mirror_normalize(
                 images,
                 dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,

@@ -129,3 +129,24 @@ def test_dali_pace_bounds_how_far_the_host_runs_ahead(tiny_gpu, kind, pace):
         steps[-1].record(stream)
     assert len(steps) == len(loader) > 2
     loader.close()
+
+
+@pytest.mark.parametrize("kind", ["tree", "shards"])
+def test_dali_cpu_decode_still_hands_over_gpu_batches(tiny_gpu, kind):
+    """``decode="cpu"`` on a GPU: decode, crop and resize on DALI's CPU threads, the batch still
+    arrives on the GPU in the asked dtype and layout, every sample once, labels right."""
+    from loaders import build_loader
+
+    loader = build_loader(
+        tiny_gpu[kind], "dali", 64, image_size=32, workers=2, dtype=torch.bfloat16,
+        channels_last=True, return_keys=True, decode="cpu",
+    )  # fmt: skip
+    assert loader.decode == "cpu"
+    seen = set()
+    for images, labels, keys in loader:
+        assert images.is_cuda and labels.is_cuda and images.dtype == torch.bfloat16
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert label_mismatches(images, labels) == 0
+        seen |= set(keys.tolist())
+    assert seen == set(range(300))
+    loader.close()

@@ -125,3 +125,17 @@ def test_dali_pace_takes_whole_steps(tmp_path, pace):
     root = make_tiny(tmp_path, n=40, per_shard=10)["tree"]
     with pytest.raises(ValueError, match="pace takes 0"):
         build_loader(root, "dali", 8, image_size=16, workers=1, pace=pace)
+
+
+def test_dali_decode_choices(tmp_path):
+    """``decode``: auto, gpu or cpu; asking for GPU decode without a GPU is refused, not ignored."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    root = make_tiny(tmp_path, n=16, per_shard=8)["tree"]
+    with pytest.raises(ValueError, match="decode takes auto, gpu or cpu"):
+        build_loader(root, "dali", 8, image_size=16, workers=1, decode="nvjpeg")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            build_loader(root, "dali", 8, image_size=16, workers=1, decode="gpu")
+    loader = build_loader(root, "dali", 8, image_size=16, workers=1, decode="cpu")
+    assert loader.decode == "cpu" and sum(len(b[0]) for b in loader) == 16
+    loader.close()
