@@ -20,7 +20,13 @@ so every sample is seen at least once per epoch and exactly ``W·S − N`` sampl
 shards of equal size and a shard count divisible by ``W`` there is no padding at all. There must be
 at least ``W × K`` shards (every worker of every rank needs one), else :class:`LoaderError` says so.
 
-The epoch reaches persistent workers through a shared-memory tensor set before each iteration.
+Workers go on into the next epoch: one DataLoader iterator runs across epochs (each worker's stream
+is endless, every chunk tagged with its epoch), so no worker idles at an epoch's end waiting for the
+training loop's next ``iter()``; on 2 H200s each epoch began with a ~1 s stall before this (every
+worker had one batch per epoch). Workers with smaller shares pad their epoch with empty chunks,
+which keeps DataLoader's strict worker turn aligned with epochs. The starting epoch reaches the
+persistent workers through a shared-memory tensor set before the iterator (re)starts: at the first
+epoch, after an epoch left midway, or on ``set_epoch`` to other than the next epoch.
 
 Bad input: skipped and counted (``loader.skipped``). A sample that cannot be decoded is dropped and
 its worker reads one more (repeating if it must), so counts stay exact; samples that listing found
@@ -29,6 +35,7 @@ unusable (no label, no image, truncated shard tail) are never yielded.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterator
@@ -156,45 +163,77 @@ class ShardStream(IterableDataset):
                 names = ", ".join(self.index.shards[s] for s in shards[:3])
                 raise LoaderError(f"no readable samples in shards {names}")
 
-    def __iter__(self):
-        epoch = int(self.epoch[0])
-        info = get_worker_info()
-        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+    def _plan(self, epoch: int, num_workers: int) -> list[tuple[list[int], int]]:
         order = (
             shard_order(len(self.index.shards), self.seed, epoch)
             if self.shuffle
-            else (np.arange(len(self.index.shards)))
+            else np.arange(len(self.index.shards))
         )
-        shards, quota = worker_quotas(
+        return worker_quotas(
             self.per_shard, order, self.rank, self.world_size, num_workers, self.samples_per_rank
-        )[worker]
-        shards = [int(s) for s in shards]
-        if quota <= 0:
-            return
-        rng = np.random.default_rng([self.seed, epoch, self.rank, worker, 0xA06])
+        )
+
+    def chunks_per_worker(self, epoch: int, num_workers: int) -> int:
+        """Chunks every worker yields in ``epoch``: the most any worker's quota needs.
+
+        A worker with a smaller quota pads with empty chunks, so that DataLoader's strict turn of
+        workers (item i comes from worker i mod K) holds exactly one epoch per ``K × M`` items,
+        and a worker that finishes early goes on into the next epoch only as far as its prefetch
+        allows (no unbounded run-ahead of the worker with the smaller share).
+        """
+        quotas = [q for _, q in self._plan(epoch, num_workers)]
+        return max(math.ceil(max(q, 0) / self.chunk) for q in quotas)
+
+    def __iter__(self):
+        """Endless: the chunks of the epoch set before ``iter()``, then of every next epoch.
+
+        Each item is ``(images, labels, keys, skipped, epoch)``; the loader takes exactly
+        :meth:`chunks_per_worker` × workers items per epoch. Workers thus start epoch e + 1 while
+        epoch e's last batches are still being used (instead of idling until the next ``iter()``).
+        """
+        info = get_worker_info()
+        worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         size = self.decoder.size
-        skipped: list[Skipped] = []
-        done = 0
-        samples = self._samples(shards, epoch, worker, skipped)
-        while done < quota:
-            n = min(self.chunk, quota - done)
-            images = _new_uint8((n, size, size, 3), self.pin)
-            out = images.numpy()
-            keys = np.empty(n, dtype=np.int64)
-            got = 0
-            while got < n:
-                i, data = next(samples)
-                try:
-                    self.decoder.decode_into(data, out[got], rng)
-                except DecodeError as e:
-                    skipped.append(Skipped(self.index.describe(i), str(e)))
-                    continue
-                keys[got] = i
-                got += 1
-            done += n
-            labels = torch.from_numpy(self.index.labels[keys])
-            yield images, labels, torch.from_numpy(keys), skipped
-            skipped = []
+        for epoch in itertools.count(int(self.epoch[0])):
+            shards, quota = self._plan(epoch, num_workers)[worker]
+            chunks = self.chunks_per_worker(epoch, num_workers)
+            if chunks == 0:
+                raise LoaderError("no samples to read: every worker's quota is empty")
+            sent = 0
+            if quota > 0:
+                rng = np.random.default_rng([self.seed, epoch, self.rank, worker, 0xA06])
+                skipped: list[Skipped] = []
+                done = 0
+                samples = self._samples([int(s) for s in shards], epoch, worker, skipped)
+                while done < quota:
+                    n = min(self.chunk, quota - done)
+                    images = _new_uint8((n, size, size, 3), self.pin)
+                    out = images.numpy()
+                    keys = np.empty(n, dtype=np.int64)
+                    got = 0
+                    while got < n:
+                        i, data = next(samples)
+                        try:
+                            self.decoder.decode_into(data, out[got], rng)
+                        except DecodeError as e:
+                            skipped.append(Skipped(self.index.describe(i), str(e)))
+                            continue
+                        keys[got] = i
+                        got += 1
+                    done += n
+                    sent += 1
+                    labels = torch.from_numpy(self.index.labels[keys])
+                    yield images, labels, torch.from_numpy(keys), skipped, epoch
+                    skipped = []
+            for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
+                empty = torch.empty((0, size, size, 3), dtype=torch.uint8)
+                yield (
+                    empty,
+                    torch.empty(0, dtype=torch.int64),
+                    torch.empty(0, dtype=torch.int64),
+                    [],
+                    epoch,
+                )
 
 
 def rebatch(chunks, batch_size: int, drop_last: bool, pin: bool):
@@ -290,18 +329,32 @@ class WdsLoader(LoaderBase):
             pin_memory=pin and workers > 0,
             **kwargs,
         )
+        self._iter: Iterator | None = None  # the DataLoader's iterator, across epochs
+        self._ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
 
-    def _chunks(self):
-        for images, labels, keys, skipped in start_workers(self.dataloader):
+    def _chunks(self, epoch: int):
+        """Epoch ``epoch``'s chunks from the one DataLoader iterator that runs across epochs
+        (restarted, in-flight chunks dropped, when the epoch asked for is not the next one)."""
+        if self._iter is None or self._ready_epoch != epoch:
+            self.dataset.epoch[0] = epoch  # shared memory: the workers read it on iter()
+            self._iter = start_workers(self.dataloader)
+        self._ready_epoch = None  # midway until every chunk of the epoch is taken
+        items = self.dataset.chunks_per_worker(epoch, max(1, self.workers)) * max(1, self.workers)
+        for _ in range(items):
+            images, labels, keys, skipped, e = next(self._iter)
+            if e != epoch:  # the workers' turn guarantees this; a broken turn must not pass
+                raise RuntimeError(f"wds: a chunk of epoch {e} arrived in epoch {epoch}")
             self._record_skipped(skipped)
-            yield images, labels, keys
+            if len(images):
+                yield images, labels, keys
+        self._ready_epoch = epoch + 1
 
     def _epoch_batches(self, epoch: int):
-        self.dataset.epoch[0] = epoch  # shared memory: persistent workers read it on iter()
-        batches = rebatch(self._chunks(), self.batch_size, self.drop_last, self.pin)
+        batches = rebatch(self._chunks(epoch), self.batch_size, self.drop_last, self.pin)
         yield from DevicePrefetcher(batches, self.device, self.normalize)
 
     def close(self) -> None:
+        self._iter, self._ready_epoch = None, None
         it = getattr(self.dataloader, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()

@@ -119,6 +119,41 @@ def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
     loader.close()
 
 
+@pytest.mark.parametrize(("n", "workers"), [(256, 2), (250, 3)], ids=["equal", "unequal"])
+def test_wds_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path, n, workers):
+    """The wds backend's workers start epoch e + 1 before the training loop asks for it, and every
+    epoch is still exactly what a fresh loader gives it (also after an epoch left midway, or a
+    jump with set_epoch). "unequal": 8 shards over 3 workers, one shard short, so the workers'
+    shares differ and the smaller ones pad their turn with empty chunks."""
+    root = make_tiny(tmp_path, n=n, per_shard=32)["shards"]
+    kw = dict(
+        image_size=16, workers=workers, seed=5, return_keys=True, multiprocessing_context="fork"
+    )
+
+    def fresh(epoch: int) -> list[int]:
+        other = build_loader(root, "wds", 32, **kw)
+        other.set_epoch(epoch)
+        keys = _keys(other)
+        other.close()
+        return keys
+
+    loader = build_loader(root, "wds", 32, **kw)
+    first = _keys(loader)
+    per_epoch = loader.dataset.chunks_per_worker(0, workers) * workers
+    # the DataLoader iterator has already asked the workers for chunks of epoch 1
+    assert loader._iter._send_idx > per_epoch
+    second = _keys(loader)
+    assert first == fresh(0) and second == fresh(1) and first != second
+    assert set(second) == set(range(n)) and len(second) == len(loader) * 32 - (
+        0 if loader.samples_per_rank % 32 == 0 else 32 - loader.samples_per_rank % 32
+    )
+    _keys(loader, batches=3)  # epoch 2, left midway: epoch 3 starts from its own beginning
+    assert _keys(loader) == fresh(3)
+    loader.set_epoch(7)
+    assert _keys(loader) == fresh(7)
+    loader.close()
+
+
 @pytest.mark.parametrize("pace", [-1, 1.5, "often"])
 def test_dali_pace_takes_whole_steps(tmp_path, pace):
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
