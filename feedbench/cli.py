@@ -305,6 +305,9 @@ def torchrun_main() -> None:
             problem = unusable(result)  # as for a local scan: written, then one line and exit 2
             if problem:
                 raise FeedbenchError(problem)
+            if result.partial:
+                err.print("interrupted: partial results written")
+                leave_without_finalizing(130)
         leave_without_finalizing()  # a torchrun rank, its work written (see the function)
 
     try:
@@ -312,6 +315,8 @@ def torchrun_main() -> None:
     except FeedbenchError as e:
         err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
         leave_without_finalizing(2)
+    except KeyboardInterrupt:  # a rank other than 0, or rank 0 before it had a result
+        leave_without_finalizing(130)
 
 
 @app.command()

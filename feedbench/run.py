@@ -683,6 +683,10 @@ def unusable(result: ScanResult) -> str | None:
     return None
 
 
+def _sigterm_as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run_under_torchrun(
     config: ScanConfig, on_update: Callable[[ScanResult], None] | None = None
 ) -> ScanResult | None:
@@ -707,9 +711,25 @@ def run_under_torchrun(
             on_update(result)
 
     t0 = time.perf_counter()
-    run_rank(
-        d.rank, d.world_size, d.local_rank, config, "env://", workers, keep if d.rank == 0 else None
-    )
+    # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
+    # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
+    # in a collective only sees it on its way back to Python; until then the results file holds
+    # every measurement finished so far (on_update).
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        run_rank(
+            d.rank, d.world_size, d.local_rank, config, "env://", workers,
+            keep if d.rank == 0 else None,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        if result is None:
+            raise
+        result.partial = True
+        # the agent signals again while it stops the ranks: let rank 0 finish writing
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+        signal.signal(signal.SIGTERM, previous)
     if result is not None:
         result.config["torchrun"] = {
             "world_size": d.world_size,

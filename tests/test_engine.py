@@ -367,3 +367,28 @@ def test_torchrun_rank_with_nothing_usable_writes_results_then_fails(tmp_path):
     assert r.returncode != 0, r.stdout + r.stderr
     assert re.search(r"^error: no sample of .* could be read", r.stderr, re.M), r.stderr
     assert json.loads(out.read_text())["measurements"][0]["errors"] == 3
+
+
+def test_torchrun_scan_interrupted_keeps_what_was_measured(dataset, tmp_path):
+    """Ctrl-C under torchrun (SIGINT to the whole process group, as a terminal sends it): rank 0
+    writes the measurements finished so far, marked partial, says so in one line, exits 130."""
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+           "-m", "feedbench.consumer", str(dataset / "images"), "--stages", "read",
+           "--workers", "0", "-b", "4", "--passes", "cold,warm", "--repeat", "3",
+           "--read-latency", "0.1", "--json", str(out), "--no-plots"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not out.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # the first of 6 measurements (24 reads × 0.1 s) has been saved
+    assert out.exists(), proc.communicate(timeout=60)
+    os.killpg(proc.pid, signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert "interrupted: partial results written" in stderr, stderr[-2000:]
+    assert "Traceback" not in stdout
+    r = json.loads(out.read_text())
+    assert r["partial"] is True and 1 <= len(r["measurements"]) < 6
