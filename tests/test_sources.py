@@ -1,6 +1,8 @@
 import os
 import re
 import shutil
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -229,6 +231,30 @@ def test_read_ahead_window_reads_the_same_samples(tmp_path):
     plain, ahead = walk(0), walk(1 << 20)
     assert ahead == plain and len(plain) == 40 and not any(s[4] for s in plain)
     assert sum(s[3] for s in ahead) == size
+
+
+def test_read_ahead_hint_size_is_each_shards_own_device(tmp_path):
+    """Shards on two devices (a disk and tmpfs here): each reader hints in its own device's
+    piece size (the disk's read-ahead, or 128 KiB where there is no block device)."""
+    from feedbench.cache import device_read_ahead
+
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.stat(shm).st_dev == os.stat(tmp_path).st_dev:
+        pytest.skip("needs a second filesystem (/dev/shm) beside the test's temporary folder")
+    other = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        paths = [_big_shard(tmp_path / "a.tar", 2, 1000), _big_shard(other / "b.tar", 2, 1000)]
+        src = ShardSource(str(tmp_path), [str(p) for p in paths], [p.stat().st_size for p in paths])
+        src.set_options(read_ahead=1 << 20)
+        got = [src._open_reader(str(p)) for p in paths]
+        want = [max(device_read_ahead(str(p)) or (0,)) or 128 << 10 for p in paths]
+        if want[0] == want[1]:
+            pytest.skip(f"both filesystems here take the same hint size ({want[0]} bytes)")
+        assert [r._piece for r in got] == [max(4096, w) for w in want]
+        for r in got:
+            r.close()
+    finally:
+        shutil.rmtree(other)
 
 
 def _kernel_read_ahead(path) -> int | None:

@@ -372,7 +372,7 @@ class ShardSource(Source):
         self.root = root
         self._shards = np.asarray(shards, dtype=str)
         self._sizes = np.asarray(sizes, dtype=np.int64)
-        self._piece: int | None = None  # read-ahead hint size, found at the first open
+        self._piece: dict[int, int] = {}  # read-ahead hint size per device, found at its first open
 
     def units(self) -> int:
         return len(self._shards)
@@ -396,10 +396,15 @@ class ShardSource(Source):
     def _open_reader(self, path: str) -> _TimedReader:
         if not self.read_ahead:
             return _TimedReader(path, direct=self.direct)
-        if self._piece is None:  # the most one hint makes the kernel read on this device
+        try:
+            dev = os.stat(path).st_dev
+        except OSError:
+            dev = -1  # the open below names the problem
+        piece = self._piece.get(dev)
+        if piece is None:  # the most one hint makes the kernel read, per device (shards may span)
             known = max(device_read_ahead(path) or (0,))
-            self._piece = known if known > 0 else 128 << 10
-        return _TimedReader(path, direct=self.direct, window=self.read_ahead, piece=self._piece)
+            piece = self._piece[dev] = known if known > 0 else 128 << 10
+        return _TimedReader(path, direct=self.direct, window=self.read_ahead, piece=piece)
 
     def _iter_shard(self, path: str, views: bool = False) -> Iterator[RawSample]:
         t_open = time.perf_counter()
