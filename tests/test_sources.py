@@ -100,14 +100,15 @@ def test_tar_walker_matches_tarfile(tmp_path, fmt):
     import io
     import tarfile
 
-    from feedbench.sources.local import _TimedReader, iter_tar
+    from feedbench.sources.local import ShardSource
 
     formats = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
     long_dir = "d" * 60 + "/" + "e" * 60  # > 100 characters: prefix (ustar) or long name records
     members = [
         ("a.jpg", os.urandom(3000)),
         ("a.cls", b"3"),
-        (f"{long_dir}/b.jpg", os.urandom(700_000)),  # spans buffer refills
+        (f"{long_dir}/b.jpg", os.urandom(1_500_000)),  # spans buffer refills
+        (f"{long_dir}/b.cls", b"5"),
         ("empty.txt", b""),
         (("ü" * 40 if fmt == "pax" else "c") + ".jpg", os.urandom(10)),
     ]
@@ -120,26 +121,24 @@ def test_tar_walker_matches_tarfile(tmp_path, fmt):
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    reader = _TimedReader(str(path))
-    got = list(iter_tar(reader))
-    reader.drain()
-    reader.close()
-    assert got == members
-    assert reader.bytes == path.stat().st_size
-    # names as UTF-8 bytes (what ShardSource walks with), and the samples ShardSource makes
-    reader = _TimedReader(str(path))
-    assert list(iter_tar(reader, views=True, raw_names=True)) == [
-        (name.encode(), data) for name, data in members
-    ]
-    reader.close()
-    from feedbench.sources.local import ShardSource
-
-    samples = list(ShardSource(str(tmp_path), [str(path)], [path.stat().st_size]).iter_samples([0]))
+    src = ShardSource(str(tmp_path), [str(path)], [path.stat().st_size])
+    for views in (False, True):  # views: each sample's bytes checked before the next is asked
+        images = {}
+        total = 0
+        for x in src.iter_samples([0], views=views):
+            total += x.read_bytes
+            if x.data is not None:
+                images[x.key.split(":", 1)[1]] = bytes(x.data)
+        # labelled samples: their image bytes as tarfile wrote them (b spans 1 MiB refills
+        # and has a long or prefixed name)
+        assert images == {"a": members[0][1], f"{long_dir}/b": members[2][1]}
+        assert total == path.stat().st_size  # every byte of the file, end padding too
+    samples = list(src.iter_samples([0]))
     by_key = {x.key.split(":", 1)[1]: x for x in samples}
     assert by_key["a"].data == members[0][1] and by_key["a"].label == 3 and not by_key["a"].error
-    # reported under their full names (long, prefixed, or non-ASCII pax names)
-    for key in (f"{long_dir}/b", members[4][0][:-4]):
-        assert by_key[key].error == "missing or bad label (.cls)", by_key[key]
+    assert by_key[f"{long_dir}/b"].label == 5 and not by_key[f"{long_dir}/b"].error
+    # reported under its full name (non-ASCII for pax)
+    assert by_key[members[5][0][:-4]].error == "missing or bad label (.cls)"
     assert by_key["empty"].error == "no image member"  # empty.txt: an empty label, no image
     assert len(samples) == 4
 

@@ -128,8 +128,8 @@ class _TimedReader:
     """Reads a file in 1 MiB calls into a reused buffer, counting bytes and seconds of reading.
 
     ``read(n, view=True)`` may return a view into the buffer instead of a copy; a caller that
-    keeps such a view across further reads must ``pin`` it: before the buffer is refilled, every
-    pinned view is replaced by a copy of its bytes (``holder[0]``), so what it sees never changes.
+    keeps such a view across further reads puts it in ``hold[0]``: before the buffer is refilled,
+    a held view is replaced by a copy of its bytes, so what it sees never changes.
 
     ``window`` > 0: after a read call, the kernel is asked (``POSIX_FADV_WILLNEED``) to have the
     next ``window`` bytes in the page cache, renewed every half window, so the disk keeps reading
@@ -147,29 +147,20 @@ class _TimedReader:
         self.eof = False
         self.bytes = 0
         self.seconds = 0.0
-        self._pinned: list[list] = []
+        # a view into the buffer that must outlive the next refill (a sample's image while its
+        # other members are read): made a copy by the refill, only then (see _materialize)
+        self.hold: list = [None]
         self._window = window
         self._piece = max(4096, piece)
         self._ahead = 0  # the end of what has been asked for
 
-    def pin(self, view) -> list:
-        """A holder ``[view]`` whose item becomes a copy before the buffer under it changes."""
-        holder = [view]
-        if isinstance(view, memoryview):
-            self._pinned.append(holder)
-        return holder
-
-    def release(self) -> None:
-        """The pinned views are no longer used: no copy needed at the next refill."""
-        self._pinned.clear()
-
     def _materialize(self) -> None:
-        for holder in self._pinned:
-            holder[0] = bytes(holder[0])
-        self._pinned.clear()
+        held = self.hold[0]
+        if type(held) is memoryview:
+            self.hold[0] = bytes(held)
 
     def _fill(self) -> None:
-        if self._pinned:
+        if self.hold[0] is not None:
             self._materialize()
         t0 = time.perf_counter()
         n = os.readv(self._fd, [self._mv])
@@ -190,7 +181,7 @@ class _TimedReader:
 
     def read(self, n: int, view: bool = False) -> bytes | memoryview:
         """Up to ``n`` bytes (fewer only at the end of the file); with ``view``, a view into the
-        buffer when the bytes lie in it (valid until the next refill: see :meth:`pin`)."""
+        buffer when the bytes lie in it (valid until the next refill: see ``hold``)."""
         if n <= self._end - self._start:
             out = self._mv[self._start : self._start + n]
             self._start += n
@@ -284,85 +275,6 @@ _ZERO_BLOCK = bytes(512)
 _REGULAR = (b"0", b"\0", b"7")
 
 
-def iter_tar(
-    reader: _TimedReader, views: bool = False, raw_names: bool = False
-) -> Iterator[tuple[str | bytes, bytes]]:
-    """(member name, payload) for each regular file, walking the 512-byte headers in place.
-
-    Reads ustar, GNU long names and pax path/size records; other special members are skipped.
-    Raises :class:`TarFormatError` on a truncated stream or a header whose checksum is wrong.
-    With ``views``, a payload that lies within the read buffer is a view into it (no copy):
-    valid until the reader refills, unless pinned (:meth:`_TimedReader.pin`). With
-    ``raw_names``, names are UTF-8 bytes (decoded by the caller only where it needs text).
-
-    This runs in series with the read calls of a one-consumer scan, so the common case is
-    written out inline: a header lies in the read buffer (headers are 512-byte aligned, refills
-    1 MiB), its fields are unpacked in one call and checked where they lie, and a payload that
-    lies in the buffer is sliced from it; anything else goes through the reader's methods.
-    """
-    long_name: str | None = None
-    pax_size: int | None = None
-    unpack = _HEADER.unpack_from
-    while True:
-        off = reader._start
-        if reader._end - off < 512 and off == reader._end and not reader.eof:
-            reader._fill()
-            off = reader._start
-        if reader._end - off >= 512:
-            buf = reader._mv
-            reader._start = off + 512
-        else:  # the end of the stream (or a reader whose refills are not 512-aligned)
-            header = reader.read(512)
-            if not header:
-                return  # end of file at a member boundary: tolerated, as tarfile does
-            if len(header) < 512:
-                raise TarFormatError("truncated header")
-            buf, off = memoryview(header), 0
-        name_f, size_f, sum_f, kind = unpack(buf, off)
-        if name_f[0] == 0 and buf[off : off + 512] == _ZERO_BLOCK:
-            return  # end-of-archive marker
-        if _octal(sum_f) != _header_sum(buf[off : off + 512]):
-            raise TarFormatError("bad header checksum")
-        size = _octal(size_f)
-        if pax_size is not None:
-            size, pax_size = pax_size, None
-        padded = (size + 511) & ~511
-        if kind in (b"L", b"x"):
-            payload = reader.read(size)
-            if len(payload) < size or reader.skip(padded - size) < padded - size:
-                raise TarFormatError("truncated extended header")
-            if kind == b"L":
-                long_name = payload.rstrip(b"\0").decode("utf-8", "replace")
-            else:
-                long_name, pax_size = _pax_path(payload)
-            continue
-        if long_name is not None:
-            name, long_name = long_name, None
-            if raw_names:
-                name = name.encode("utf-8", "surrogateescape")
-        else:
-            name = name_f.split(b"\0", 1)[0]
-            if buf[off + 257 : off + 262] == b"ustar" and buf[off + 345] != 0:
-                name = bytes(buf[off + 345 : off + 500]).split(b"\0", 1)[0] + b"/" + name
-            if not raw_names:
-                name = name.decode("utf-8", "replace")
-        if kind in _REGULAR:
-            start = reader._start
-            if start + padded <= reader._end:  # payload and padding in the buffer
-                data = reader._mv[start : start + size]
-                reader._start = start + padded
-                yield name, (data if views else bytes(data))
-                continue
-            data = reader.read(size, views)
-            if len(data) < size:
-                raise TarFormatError(f"truncated member {_text(name)}")
-            if reader.skip(padded - size) < padded - size:
-                raise TarFormatError(f"truncated padding after {_text(name)}")
-            yield name, data
-        elif reader.skip(padded) < padded:
-            raise TarFormatError(f"truncated member {_text(name)}")
-
-
 class ShardSource(Source):
     """WebDataset-style tar shards: members ``key.ext`` grouped by key; label from ``key.cls``."""
 
@@ -407,6 +319,21 @@ class ShardSource(Source):
         return _TimedReader(path, direct=self.direct, window=self.read_ahead, piece=piece)
 
     def _iter_shard(self, path: str, views: bool = False) -> Iterator[RawSample]:
+        """The shard's samples: its 512-byte tar headers walked in place, members grouped by key.
+
+        Reads ustar, GNU long names and pax path/size records; other special members are
+        skipped. A truncated stream or a header whose checksum is wrong ends the shard with one
+        error record (after the good samples before it). With ``views``, an image that lies in
+        the read buffer is a view into it (no copy): valid until the next sample is asked for.
+
+        This runs in series with the read calls of a one-consumer scan, so it is one generator
+        per shard (no member-level generator between it and the tar) and the common case is
+        written out inline: a header lies in the read buffer (headers are 512-byte aligned,
+        refills 1 MiB), its fields are unpacked in one call and checked where they lie, and a
+        payload that lies in the buffer is sliced from it; anything else goes through the
+        reader's methods. The image being grouped sits in ``reader.hold``, which the reader
+        copies out before a refill overwrites it.
+        """
         t_open = time.perf_counter()
         if self.latency_s > 0:
             time.sleep(self.latency_s)
@@ -418,25 +345,81 @@ class ShardSource(Source):
             return
         reader.seconds += time.perf_counter() - t_open  # emulated latency and open() count as read
         name = os.path.basename(path)
+        emit = self._emit
+        hold = reader.hold  # [the sample's image: bytes, or a view into the reader's buffer]
         current: bytes | None = None  # the sample's key (UTF-8 bytes)
-        image: list | None = None  # [bytes or a pinned view into the reader's buffer]
         label: int | None = None
         mark_bytes, mark_s = 0, 0.0
+        long_name: bytes | None = None
+        pax_size: int | None = None
+        unpack = _HEADER.unpack_from
         error: str | None = None
         try:
-            for member, data in iter_tar(reader, views, raw_names=True):
+            while True:
+                off = reader._start
+                if off == reader._end and not reader.eof:
+                    reader._fill()
+                    off = reader._start
+                if reader._end - off >= 512:
+                    buf = reader._mv
+                    reader._start = off + 512
+                else:  # the end of the stream (or a reader whose refills are not 512-aligned)
+                    header = reader.read(512)
+                    if not header:
+                        break  # end of file at a member boundary: tolerated, as tarfile does
+                    if len(header) < 512:
+                        raise TarFormatError("truncated header")
+                    buf, off = memoryview(header), 0
+                name_f, size_f, sum_f, kind = unpack(buf, off)
+                if name_f[0] == 0 and buf[off : off + 512] == _ZERO_BLOCK:
+                    break  # end-of-archive marker
+                if _octal(sum_f) != _header_sum(buf[off : off + 512]):
+                    raise TarFormatError("bad header checksum")
+                size = _octal(size_f)
+                if pax_size is not None:
+                    size, pax_size = pax_size, None
+                padded = (size + 511) & ~511
+                if kind in (b"L", b"x"):
+                    payload = reader.read(size)
+                    if len(payload) < size or reader.skip(padded - size) < padded - size:
+                        raise TarFormatError("truncated extended header")
+                    if kind == b"L":
+                        long_name = payload.rstrip(b"\0")
+                    else:
+                        text, pax_size = _pax_path(payload)
+                        long_name = text.encode("utf-8", "surrogateescape") if text else None
+                    continue
+                if long_name is not None:
+                    member, long_name = long_name, None
+                else:
+                    member = name_f.split(b"\0", 1)[0]
+                    if buf[off + 257 : off + 262] == b"ustar" and buf[off + 345] != 0:
+                        prefix = bytes(buf[off + 345 : off + 500]).split(b"\0", 1)[0]
+                        member = prefix + b"/" + member
+                if kind not in _REGULAR:
+                    if reader.skip(padded) < padded:
+                        raise TarFormatError(f"truncated member {_text(member)}")
+                    continue
                 key, _, ext = member.rpartition(b".")
                 if key != current and current is not None:
-                    img = image[0] if image is not None else None
                     b, t = reader.bytes, reader.seconds
                     full = f"{name}:{current.decode('utf-8', 'replace')}"
-                    yield self._emit(full, img, label, b - mark_bytes, t - mark_s)
-                    reader.release()  # the consumer is done with that sample's view
+                    yield emit(full, hold[0], label, b - mark_bytes, t - mark_s)
+                    hold[0], label = None, None  # the consumer is done with that sample's view
                     mark_bytes, mark_s = b, t
-                    image, label = None, None
                 current = key
+                start = reader._start
+                if start + padded <= reader._end:  # payload and padding in the buffer
+                    data = reader._mv[start : start + size]
+                    reader._start = start + padded
+                else:
+                    data = reader.read(size, True)
+                    if len(data) < size:
+                        raise TarFormatError(f"truncated member {_text(member)}")
+                    if reader.skip(padded - size) < padded - size:
+                        raise TarFormatError(f"truncated padding after {_text(member)}")
                 if ext in _IMAGE_EXTS or ext.lower() in _IMAGE_EXTS:
-                    image = reader.pin(data)  # copied if the buffer is refilled before the emit
+                    hold[0] = data if views else bytes(data)
                 elif ext.lower() in _LABEL_EXTS:
                     try:
                         label = int(bytes(data))  # int() takes ASCII digits and whitespace
@@ -444,11 +427,9 @@ class ShardSource(Source):
                         label = None
             reader.drain()  # the archive's end padding too, as any whole-object reader reads it
             if current is not None:
-                img = image[0] if image is not None else None
                 full = f"{name}:{current.decode('utf-8', 'replace')}"
-                yield self._emit(
-                    full, img, label, reader.bytes - mark_bytes, reader.seconds - mark_s
-                )
+                yield emit(full, hold[0], label, reader.bytes - mark_bytes, reader.seconds - mark_s)
+                hold[0] = None
         except (TarFormatError, OSError) as e:
             error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
         finally:

@@ -85,10 +85,9 @@ class _StreamReader(_TimedReader):
         self.eof = False
         self.bytes = 0
         self.seconds = open_s
-        self._pinned = []
+        self.hold = [None]  # never copied: each chunk is its own bytes object, views stay valid
 
     def _fill(self) -> None:
-        self._pinned.clear()  # each chunk is its own bytes object: older views stay valid
         if self.eof:
             return
         t0 = time.perf_counter()
