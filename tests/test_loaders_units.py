@@ -89,6 +89,15 @@ def _keys(loader, batches: int | None = None) -> list[int]:
     return out
 
 
+def _fresh_keys(root, backend: str, epoch: int, **kw) -> list[int]:
+    """Epoch ``epoch``'s keys from a new loader (batch 32) that starts there."""
+    other = build_loader(root, backend, 32, **kw)
+    other.set_epoch(epoch)
+    keys = _keys(other)
+    other.close()
+    return keys
+
+
 def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
     """The torch backend's workers start epoch e + 1 before the training loop asks for it, and
     every epoch still has exactly the order a fresh loader gives it (also after an epoch left
@@ -97,11 +106,7 @@ def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
     kw = dict(image_size=16, workers=2, seed=5, return_keys=True, multiprocessing_context="fork")
 
     def fresh(epoch: int) -> list[int]:
-        other = build_loader(root, "torch", 32, **kw)
-        other.set_epoch(epoch)
-        keys = _keys(other)
-        other.close()
-        return keys
+        return _fresh_keys(root, "torch", epoch, **kw)
 
     loader = build_loader(root, "torch", 32, **kw)
     assert len(loader) == 8
@@ -131,11 +136,7 @@ def test_wds_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path, n,
     )
 
     def fresh(epoch: int) -> list[int]:
-        other = build_loader(root, "wds", 32, **kw)
-        other.set_epoch(epoch)
-        keys = _keys(other)
-        other.close()
-        return keys
+        return _fresh_keys(root, "wds", epoch, **kw)
 
     loader = build_loader(root, "wds", 32, **kw)
     first = _keys(loader)
