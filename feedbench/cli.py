@@ -386,6 +386,15 @@ def verify(
             "loader's kernels yield to training's."
         ),
     ] = "normal",
+    ddp_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ddp-option",
+            help="KEY=VALUE for DistributedDataParallel, repeatable: broadcast_buffers, "
+            "gradient_as_bucket_view, static_graph (true/false), bucket_cap_mb. Applies to "
+            "every run, the synthetic ceiling too.",
+        ),
+    ] = None,
     cpu_affinity: Annotated[
         str,
         typer.Option(
@@ -441,6 +450,7 @@ def verify(
         workers=workers,
         loader_options=tuple(loader_option or ()),
         stream_priority=stream_priority.strip().lower(),
+        ddp_options=tuple(ddp_option or ()),
         cpu_affinity=cpu_affinity.strip().lower(),
         sync_each_step=sync_each_step,
         device=device,

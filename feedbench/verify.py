@@ -43,6 +43,7 @@ from feedbench.verify_loaders import (
     SYNTHETIC,
     batches_per_epoch,
     loader_options,
+    option_value,
     unavailable,
 )
 from feedbench.verify_results import (
@@ -55,7 +56,7 @@ from feedbench.verify_results import (
     units,
     window_stats,
 )
-from feedbench.verify_worker import CPU_AFFINITIES, MODELS, STREAM_PRIORITIES
+from feedbench.verify_worker import CPU_AFFINITIES, DDP_OPTIONS, MODELS, STREAM_PRIORITIES
 
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
@@ -81,6 +82,7 @@ class VerifyConfig:
     workers: int | None = None  # loader workers per rank (None: each loader's default)
     loader_options: tuple[str, ...] = ()  # [LOADER:]KEY=VALUE for the library loaders
     stream_priority: str = "normal"  # normal / high: the training stream's CUDA priority
+    ddp_options: tuple[str, ...] = ()  # KEY=VALUE for DistributedDataParallel (DDP_OPTIONS)
     cpu_affinity: str = "inherit"  # inherit / split: each rank pinned to its own share of the cores
     sync_each_step: bool = False  # diagnostic: the host waits for the GPU after taking each batch
     device: str = "auto"
@@ -115,6 +117,7 @@ class Plan:
     dataset: DatasetInfo | None
     warnings: list[str] = field(default_factory=list)
     options: dict[str, dict] = field(default_factory=dict)  # loader → build_loader options
+    ddp_options: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel's
 
     def per_gpu_batch(self, scaling: str, gpus: int) -> int:
         return self.batch_size if scaling == "weak" else self.batch_size // gpus
@@ -125,6 +128,27 @@ def parse_list(text: str, what: str) -> tuple[str, ...]:
     if not names:
         raise FeedbenchError(f"{what} takes a comma-separated list (got {text!r})")
     return names
+
+
+def parse_ddp_options(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--ddp-option KEY=VALUE`` values → DistributedDataParallel keyword arguments, checked."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise FeedbenchError(f"--ddp-option takes KEY=VALUE, not {item!r}")
+        if key not in DDP_OPTIONS:
+            raise FeedbenchError(
+                f"--ddp-option {key!r}: verify sets {', '.join(DDP_OPTIONS)} of DDP"
+            )
+        value = option_value(text)
+        kinds = DDP_OPTIONS[key]
+        if type(value) not in kinds:
+            want = " or ".join("true/false" if k is bool else k.__name__ for k in kinds)
+            raise FeedbenchError(f"--ddp-option {key} takes {want}, not {text!r}")
+        out[key] = value
+    return out
 
 
 def parse_gpus(text: str) -> tuple[int, ...]:
@@ -239,6 +263,7 @@ def plan(config: VerifyConfig) -> Plan:
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
     if config.sync_each_step and device != "cuda":
         raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
+    ddp_options = parse_ddp_options(config.ddp_options)
     if config.cpu_affinity not in CPU_AFFINITIES:
         raise FeedbenchError(
             f"--cpu-affinity takes {' or '.join(CPU_AFFINITIES)} (got {config.cpu_affinity!r})"
@@ -341,6 +366,7 @@ def plan(config: VerifyConfig) -> Plan:
         dataset=dataset,
         warnings=warnings,
         options=options,
+        ddp_options=ddp_options,
     )
 
 
@@ -356,6 +382,7 @@ def new_result(config: VerifyConfig, p: Plan) -> VerifyResult:
         "warmup": p.warmup,
         "loaders": p.loaders,
         "options_per_loader": p.options,
+        "ddp_options": p.ddp_options,
         "sources": {k: v for k, v in p.sources.items() if k in p.loaders},
         "precision": "bf16 autocast, channels_last" if p.device == "cuda" else "fp32",
         "optimizer": "SGD lr 0.01 momentum 0.9 wd 1e-4",
@@ -420,6 +447,8 @@ def worker_command(
         cmd += ["--stream-priority", config.stream_priority]
     if config.cpu_affinity != "inherit":
         cmd += ["--cpu-affinity", config.cpu_affinity]
+    for key, value in p.ddp_options.items():
+        cmd += ["--ddp-option", f"{key}={value}"]
     if config.sync_each_step:
         cmd += ["--sync-each-step"]
     if config.fail_at_step is not None:

@@ -96,6 +96,7 @@ class StepSeries:
     batches_per_epoch: int | None = None
     workers: int | None = None
     cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
+    ddp: str | None = None  # the DDP settings this rank ran with, read back from DDP itself
     error: str | None = None
 
 
@@ -486,6 +487,8 @@ def render_verify(result: VerifyResult, console) -> None:
     ]
     if cfg.get("stream_priority", "normal") != "normal":
         tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("ddp_options"):
+        tuned.append("DDP " + ", ".join(f"{k}={v}" for k, v in cfg["ddp_options"].items()))
     if cfg.get("sync_each_step"):
         tuned.append("the host waits for the GPU after taking each batch (diagnostic)")
     if cfg.get("cpu_affinity", "inherit") == "split":

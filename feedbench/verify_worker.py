@@ -35,6 +35,13 @@ from feedbench.verify_results import StepSeries
 MODELS = ("resnet50", "resnet18", "smallcnn")
 STREAM_PRIORITIES = ("normal", "high")  # the training stream's CUDA priority
 CPU_AFFINITIES = ("inherit", "split")  # split: each rank on its own share of the cores
+# DistributedDataParallel settings that --ddp-option may change, with the types they take
+DDP_OPTIONS: dict[str, tuple[type, ...]] = {
+    "broadcast_buffers": (bool,),  # rank 0's BatchNorm buffers sent to every rank each forward
+    "gradient_as_bucket_view": (bool,),
+    "static_graph": (bool,),
+    "bucket_cap_mb": (int, float),
+}
 FLUSH_EVERY_S = 5.0
 LAG = 2  # GPU: events of step i are read after step i + LAG is queued
 
@@ -290,6 +297,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--synthetic-batches", type=int, default=100)
     p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
     p.add_argument("--stream-priority", choices=STREAM_PRIORITIES, default="normal")
+    p.add_argument("--ddp-option", action="append", default=[], help="KEY=VALUE for DDP")
     p.add_argument("--cpu-affinity", choices=CPU_AFFINITIES, default="inherit")
     p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
     # diagnostic: a CUDA kernel trace of this many measured steps (after 10), to trace-rankR.json.gz
@@ -420,11 +428,17 @@ def run(args: argparse.Namespace) -> int:
                 "the dataset is too small"
             )
         model = build_model(args.model, args.num_classes)
+        ddp_kw = {k: option_value(v) for k, _, v in (o.partition("=") for o in args.ddp_option)}
         if cuda:
             model = model.to(device, memory_format=torch.channels_last)
-            ddp = DDP(model, device_ids=[local_rank], output_device=local_rank)
+            ddp = DDP(model, device_ids=[local_rank], output_device=local_rank, **ddp_kw)
         else:
-            ddp = DDP(model)
+            ddp = DDP(model, **ddp_kw)
+        series.ddp = (
+            f"broadcast_buffers={ddp.broadcast_buffers} "
+            f"gradient_as_bucket_view={ddp.gradient_as_bucket_view} "
+            f"static_graph={ddp.static_graph} bucket_cap_mb={ddp.bucket_bytes_cap / 2**20:g}"
+        )
         comm = CommTimer(clock, world)
         ddp.register_comm_hook(comm, timed_allreduce)
         criterion = torch.nn.CrossEntropyLoss()

@@ -49,7 +49,12 @@ def main(paths: list[str]) -> int:
         doc = json.loads(gzip.decompress(raw) if p.endswith(".gz") else raw)
         cfg = doc.get("config", {})
         setting = {
-            "opts": " ".join(cfg.get("loader_options") or []),
+            "opts": " ".join(
+                [
+                    *(cfg.get("loader_options") or []),
+                    *(f"ddp:{k}={v}" for k, v in (cfg.get("ddp_options") or {}).items()),
+                ]
+            ),
             "prio": cfg.get("stream_priority", "normal"),
             "cpu": cfg.get("cpu_affinity", "inherit"),
             "synced": bool(cfg.get("sync_each_step")),

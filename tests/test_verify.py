@@ -198,6 +198,11 @@ def test_more_gpus_than_present():
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
         (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
         (["--sync-each-step"], r"--sync-each-step waits for the GPU: it needs --device cuda"),
+        (["--ddp-option", "broadcast_buffers"], r"--ddp-option takes KEY=VALUE"),
+        (["--ddp-option", "find_unused_parameters=true"],
+         r"--ddp-option 'find_unused_parameters': verify sets broadcast_buffers"),
+        (["--ddp-option", "static_graph=maybe"],
+         r"--ddp-option static_graph takes true/false, not 'maybe'"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(cli, dataset, tmp_path, args, message):
@@ -260,6 +265,25 @@ def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
     assert run.status == "failed" and "nosuchdecoder" in (run.error or ""), run.error
     assert "settings: torch: decoder=nosuchdecoder" in " ".join(r.out.split())
     assert "Traceback" not in r.err
+
+
+def test_ddp_options_reach_ddp_in_every_rank(cli, data, tmp_path):
+    """--ddp-option travels verify → torchrun → each rank → DistributedDataParallel, and each
+    rank records the settings it read back from DDP itself (defaults where not asked)."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--gpus", "2", "-l", "torch", "--no-synthetic",
+        "--ddp-option", "broadcast_buffers=false", "--ddp-option", "bucket_cap_mb=8",
+        *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    res = vr.load(out)
+    assert res.config["ddp_options"] == {"broadcast_buffers": False, "bucket_cap_mb": 8}
+    (run,) = res.runs
+    assert [s.ddp for s in run.ranks] == [
+        "broadcast_buffers=False gradient_as_bucket_view=False static_graph=False bucket_cap_mb=8"
+    ] * 2
+    assert "DDP broadcast_buffers=False, bucket_cap_mb=8" in " ".join(r.out.split())
 
 
 def test_parse_gpus():
