@@ -50,6 +50,30 @@ def test_trace_streams_sums_kernel_time_per_stream_and_overlap(tmp_path):
     assert "stream 7: 1 copies/sets, 2.0 ms" in out
 
 
+def test_trace_streams_gaps_of_the_busiest_stream(tmp_path):
+    """Stream 7: kernels [0, 10], [10.01, 20], a copy [25, 26], a kernel [26.02, 40] ms: idle
+    10 µs + 20 µs (short) and 5 ms (long, between 'b' and the copy)."""
+    events = [
+        {"ph": "X", "cat": cat, "name": name, "ts": a * 1e3, "dur": (b - a) * 1e3,
+         "args": {"stream": 7}}
+        for cat, name, a, b in [("kernel", "a", 0, 10), ("kernel", "b", 10.01, 20),
+                                ("gpu_memcpy", "HtoD", 25, 26), ("kernel", "c", 26.02, 40)]
+    ]  # fmt: skip
+    events.append({"ph": "X", "cat": "kernel", "name": "d", "ts": 0, "dur": 1e3,
+                   "args": {"stream": 9}})  # fmt: skip
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    r = subprocess.run(
+        [sys.executable, str(SCRIPTS / "trace_streams.py"), str(path), "--gaps", "1"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    out = " ".join(r.stdout.split())
+    want = "idle between its operations: 5.03 ms; in 2 gaps < 30 µs: 0.03 ms, in 1 longer: 5.00 ms"
+    assert want in out, out
+    assert "at 20.00 ms: 5.00 ms idle after 'b' before 'HtoD'" in out, out
+    assert out.count("idle between") == 1  # only the busiest stream
+
+
 def test_trace_streams_bad_input_is_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
