@@ -14,7 +14,8 @@
 #   scripts/bench_verify.sh tune     # our DALI loader at 2 GPUs (resnet50, 256 per GPU, 100
 #                                    # steps) under each tuning variant, beside the synthetic
 #                                    # ceiling: ~35 s a run. Variants: VARIANTS="name|options;..."
-#                                    # REPEAT=K interleaved repeats, STEPS, GPUS, SYNTHETIC=0
+#                                    # REPEAT=K interleaved repeats, STEPS, GPUS, SYNTHETIC=0,
+#                                    # EXTRA="options for every run, the ceilings too"
 #
 # Environment: PY (python with torch, torchvision, nvidia-dali-cuda130; default python),
 # DATA (default /tmp/feedbench-verify-data, made here on first use: 8,192 ImageNet-like JPEGs in
@@ -71,6 +72,10 @@ high-t6-nopace|--stream-priority high --workers 6 -o dali:pace=0;\
 high-t6-split|--stream-priority high --workers 6 --cpu-affinity split"}
     TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
       --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
+    # EXTRA: options for every run of this call, the ceilings too (e.g. "--ddp-option
+    # broadcast_buffers=false"), so each variant is compared with a ceiling trained the same way
+    # shellcheck disable=SC2206
+    TUNE+=(${EXTRA:-})
     IFS=';' read -ra ROWS <<< "$VARIANTS"
     for r in $(seq 1 "$REPEAT"); do
       suffix=$([ "$REPEAT" -gt 1 ] && echo "-r$r" || true)
