@@ -291,6 +291,11 @@ def run_rank(
                     batches=batches,
                     loader_name=config.loader,
                 )
+                if loader is not None:
+                    # the loaders run ahead into the next epoch (workers, DALI's prefetch): stop
+                    # them here, so that nothing of the next pass is read before its cache
+                    # eviction or done before its clock starts; each pass starts the loader anew
+                    loader.close()
                 timeline = monitor.stop() if monitor is not None else None
                 gathered: list[Any] | None = [None] * world if rank == 0 else None
                 tdist.gather_object((stats, errors, raw), gathered, dst=0)
@@ -302,8 +307,6 @@ def run_rank(
                     errs = [e for _, es, _ in gathered for e in es]
                     on_measurement(RankOutcome(m, errs, warnings))
                 epoch += 1
-        if loader is not None:
-            loader.close()
     finally:
         with contextlib.suppress(Exception):
             tdist.destroy_process_group()

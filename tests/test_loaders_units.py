@@ -175,3 +175,23 @@ def test_dali_decode_choices(tmp_path):
     loader = build_loader(root, "dali", 8, image_size=16, workers=1, decode="cpu")
     assert loader.decode == "cpu" and sum(len(b[0]) for b in loader) == 16
     loader.close()
+
+
+@pytest.mark.parametrize("backend", ["torch", "wds"])
+def test_close_stops_the_workers_that_ran_ahead(tmp_path, backend):
+    """After a whole epoch the workers are already working on the next one; ``close()`` stops
+    them (``feedbench scan --loader`` relies on it before each pass's cache eviction), and the
+    loader starts again from the epoch asked for."""
+    import multiprocessing
+
+    root = make_tiny(tmp_path, n=128, per_shard=32)["tree" if backend == "torch" else "shards"]
+    kw = dict(image_size=16, workers=2, seed=5, return_keys=True, multiprocessing_context="fork")
+    loader = build_loader(root, backend, 32, **kw)
+    before = set(multiprocessing.active_children())
+    _keys(loader)
+    assert set(multiprocessing.active_children()) - before  # its workers, running on
+    loader.close()
+    assert not set(multiprocessing.active_children()) - before
+    loader.set_epoch(1)
+    assert _keys(loader) == _fresh_keys(root, backend, 1, **kw)
+    loader.close()
