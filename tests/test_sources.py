@@ -202,6 +202,31 @@ def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
     assert {k.rpartition(":")[2]: v for k, v in copies.items()} == expected
 
 
+@pytest.mark.parametrize("chunk", [1000, 4096 + 100])
+def test_shard_walk_with_refills_not_512_aligned(tmp_path, chunk):
+    """A reader whose refills end anywhere (as a remote stream's may): payloads that fit while
+    their padding or the next header does not, headers split over two refills. Views and
+    copies give tarfile's bytes."""
+    from feedbench.sources.local import ShardSource
+
+    class OddReads(ShardSource):
+        def _open_reader(self, path):
+            reader = super()._open_reader(path)
+            reader._mv = memoryview(bytearray(chunk))
+            return reader
+
+    path = _big_shard(tmp_path / "odd.tar", 30, 700)  # 700-byte images: 324 bytes of padding
+    rng = np.random.default_rng(0)
+    want = {f"{i:06d}": (rng.bytes(700), i % 7) for i in range(30)}
+    src = OddReads(str(tmp_path), [str(path)], [path.stat().st_size])
+    for views in (True, False):
+        got = {
+            s.key.rpartition(":")[2]: (bytes(s.data), s.label)
+            for s in src.iter_samples([0], views=views)
+        }
+        assert got == want
+
+
 def _big_shard(path, samples: int, size: int):
     import io
     import tarfile

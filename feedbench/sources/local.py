@@ -412,8 +412,9 @@ class ShardSource(Source):
                 if start + padded <= reader._end:  # payload and padding in the buffer
                     data = reader._mv[start : start + size]
                     reader._start = start + padded
-                else:
-                    data = reader.read(size, True)
+                else:  # a copy: the padding's refill would overwrite a view (and a payload
+                    # that spans refills is joined into new bytes anyway)
+                    data = reader.read(size)
                     if len(data) < size:
                         raise TarFormatError(f"truncated member {_text(member)}")
                     if reader.skip(padded - size) < padded - size:
