@@ -32,6 +32,8 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
+from feedbench.results import spread
+
 KEY, SECRET = "feedbench", "feedbench-secret"
 
 
@@ -133,12 +135,6 @@ def curl_run(urls: list[str]) -> dict | None:
     return {"mb_per_s": nbytes / dt / 1e6, "bytes": nbytes}
 
 
-def summary(xs: list[float]) -> dict:
-    from feedbench.results import spread
-
-    return spread(xs)
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--data", type=Path, required=True, help="a feedbench sample (images/, shards/)")
@@ -179,7 +175,7 @@ def main() -> int:
                 rows[key] = {
                     "url": url, "objects": len(urls), "bytes": source.total_bytes(),
                     "runs": runs,
-                    "mb_per_s": {k: summary([x["mb_per_s"] for x in v]) for k, v in runs.items()},
+                    "mb_per_s": {k: spread([x["mb_per_s"] for x in v]) for k, v in runs.items()},
                 }  # fmt: skip
                 for k, v in runs.items():
                     want = source.total_bytes()

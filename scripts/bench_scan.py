@@ -76,6 +76,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from feedbench.results import spread
+
 READ_CHUNK = 1 << 20  # feedbench.sources.local._READ_CHUNK: feedbench reads with 1 MiB read() calls
 FEEDBENCH_BATCH = 64  # feedbench scan's batch without a profile; its steady rate skips one batch
 GOAL = 0.9
@@ -101,12 +103,6 @@ def log(msg: str) -> None:
 # --- statistics --------------------------------------------------------------------------------
 
 
-def summary(values: list[float]) -> dict[str, Any]:
-    from feedbench.results import spread
-
-    return spread(values)
-
-
 def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
     if not a or not b or not a.get("mean") or not b.get("mean"):
         return None
@@ -115,7 +111,7 @@ def ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> float | None:
 
 def paired(xs: list[float], ys: list[float]) -> dict[str, Any]:
     """Per-repeat ratios x_i / y_i of interleaved runs (drift of the storage cancels out)."""
-    return summary([x / y for x, y in zip(xs, ys, strict=False) if x and y])
+    return spread([x / y for x, y in zip(xs, ys, strict=False) if x and y])
 
 
 # --- the machine -------------------------------------------------------------------------------
@@ -595,11 +591,11 @@ def read_layout(
         if runs:
             section[name] = {
                 "runs": runs,
-                "mb_per_s": summary([x["mb_per_s"] for x in runs]),
+                "mb_per_s": spread([x["mb_per_s"] for x in runs]),
                 "other_cores_max": worst(runs),
             }
     fb = section["feedbench_w0"]
-    fb["read_stage_mb_per_s"] = summary([x["read_stage_mb_per_s"] for x in fb["runs"]])
+    fb["read_stage_mb_per_s"] = spread([x["read_stage_mb_per_s"] for x in fb["runs"]])
     section["commands"] = commands
     if fio:
         section["ratio_feedbench_w0_to_fio"] = ratio(fb["mb_per_s"], section["fio"]["mb_per_s"])
@@ -663,13 +659,13 @@ def read_parallel(
     links.remove()
     out["feedbench"] = {
         "runs": fb_runs,
-        "mb_per_s": summary([x["mb_per_s"] for x in fb_runs]),
+        "mb_per_s": spread([x["mb_per_s"] for x in fb_runs]),
         "other_cores_max": worst(fb_runs),
     }
     if fio_runs:
         out["fio"] = {
             "runs": fio_runs,
-            "mb_per_s": summary([x["mb_per_s"] for x in fio_runs]),
+            "mb_per_s": spread([x["mb_per_s"] for x in fio_runs]),
             "other_cores_max": worst(fio_runs),
         }
         out["ratio_feedbench_to_fio"] = ratio(out["feedbench"]["mb_per_s"], out["fio"]["mb_per_s"])
@@ -839,12 +835,12 @@ def decode_section(
                 run = runner.run(lambda n=n: plain_parallel_decode(shares[n], FEEDBENCH_BATCH))
                 par_runs[n].append(run)
                 log(f"    repeat {r}: plain Python x{n} at once {run['img_per_s']:.1f} img/s")
-    plain = summary([x["img_per_s"] for x in plain_runs])
-    one_rate = summary([x["img_per_s"] for x in fb_runs[1]])["mean"]
-    par_one = summary([x["img_per_s"] for x in par_runs[1]])["mean"] if parallel else None
+    plain = spread([x["img_per_s"] for x in plain_runs])
+    one_rate = spread([x["img_per_s"] for x in fb_runs[1]])["mean"]
+    par_one = spread([x["img_per_s"] for x in par_runs[1]])["mean"] if parallel else None
     curve = []
     for n in counts:
-        s = summary([x["img_per_s"] for x in fb_runs[n]])
+        s = spread([x["img_per_s"] for x in fb_runs[n]])
         point: dict[str, Any] = {
             "consumers": n,
             "img_per_s": s,
@@ -854,11 +850,11 @@ def decode_section(
             "runs": fb_runs[n],
         }
         if parallel:
-            ps = summary([x["img_per_s"] for x in par_runs[n]])
+            ps = spread([x["img_per_s"] for x in par_runs[n]])
             eff = ps["mean"] / (n * par_one) if par_one else None
             point["plain_parallel"] = {
                 "img_per_s": ps,
-                "makespan_img_per_s": summary([x["makespan_img_per_s"] for x in par_runs[n]]),
+                "makespan_img_per_s": spread([x["makespan_img_per_s"] for x in par_runs[n]]),
                 "efficiency": eff,  # vs plain-parallel(1): the same method with one process
                 "efficiency_vs_plain_loop": ps["mean"] / (n * plain["mean"]),
                 "other_cores_max": worst(par_runs[n]),
