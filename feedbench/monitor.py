@@ -23,8 +23,10 @@ What is counted (the defaults; pass ``disks=`` / ``nics=`` to name devices yours
   device (``/sys/class/net/X/device``: a real or virtio NIC) only those count, which leaves out
   bridges, veths, bonds, VLANs and ``ifb*`` mirrors that would count the same packet twice;
   without such a device (inside a container) every non-loopback interface except ``ifb*`` counts.
-- GPU: utilisation (%) and used memory (bytes) per device through NVML (``pynvml``). If NVML is
-  missing or fails, the timeline says why in ``note`` and the GPU lists stay empty.
+- GPU: utilisation (%) and used memory (bytes) per device through NVML (``pynvml``), and the SM
+  clock (MHz) and power draw (W) where the device reports them (a GPU that throttles under load
+  shows as a lower clock). If NVML is missing or fails, the timeline says why in ``note`` and the
+  GPU lists stay empty; if only the clock or power cannot be read, only those lists stay empty.
 
 Rates are over the measured time between two readings (``time.monotonic``), not the nominal
 interval. :meth:`Monitor.stop` takes a last reading, so a run shorter than one interval still has
@@ -156,6 +158,7 @@ class Monitor:
         self._before_prev: _Reading | None = None  # the reading the last sample started from
         self._failed = False
         self._nvml: Any = None
+        self._clock_power = True  # cleared when the GPUs do not report clock or power
         self._gpu_handles: list[Any] = []
 
     # --- public -------------------------------------------------------------------------------
@@ -283,6 +286,7 @@ class Monitor:
             cpu.append(round(min(100.0, max(0.0, 100.0 * share)), 2))
         vm = psutil.virtual_memory()
         util, mem = self._gpu_reading()
+        clock, power = self._gpu_clock_power() if util else ([], [])
         return MonitorSample(
             t_s=b.t - self._t0,
             cpu_percent=cpu,
@@ -292,6 +296,8 @@ class Monitor:
             net_recv_bytes_per_s=max(0, b.net_bytes - a.net_bytes) * per_s,
             gpu_util_percent=util,
             gpu_mem_used_bytes=mem,
+            gpu_sm_clock_mhz=clock,
+            gpu_power_w=power,
         )
 
     # --- devices ------------------------------------------------------------------------------
@@ -364,6 +370,23 @@ class Monitor:
             return [], []
         return util, mem
 
+    def _gpu_clock_power(self) -> tuple[list[float], list[float]]:
+        """SM clock (MHz) and power (W) per GPU; a device that does not report them stops only
+        these readings (noted), not utilisation and memory."""
+        if self._nvml is None or not self._clock_power:
+            return [], []
+        nvml = self._nvml
+        try:
+            clock = [
+                float(nvml.nvmlDeviceGetClockInfo(h, nvml.NVML_CLOCK_SM)) for h in self._gpu_handles
+            ]
+            power = [nvml.nvmlDeviceGetPowerUsage(h) / 1000.0 for h in self._gpu_handles]
+        except nvml.NVMLError as e:
+            self._notes.append(f"no GPU clock / power readings: NVML says {e}")
+            self._clock_power = False
+            return [], []
+        return clock, power
+
     def _close_nvml(self) -> None:
         if self._nvml is not None:
             with contextlib.suppress(self._nvml.NVMLError):
@@ -392,8 +415,10 @@ def summarize(timeline: Timeline) -> dict[str, float]:
     ``busy_cores_max`` (Σ per-core % / 100), ``cores_saturated`` (cores ≥ 90% busy on average),
     ``cores``, ``mem_used_bytes_max``, ``disk_read_mb_per_s_mean`` / ``_max``,
     ``disk_read_iops_mean``, ``net_recv_mb_per_s_mean`` / ``_max``; with GPU readings also
-    ``gpu_util_percent_mean`` (over time and GPUs) and ``gpu_util_percent_max``. A key that is
-    absent was not measured: it is not zero.
+    ``gpu_util_percent_mean`` (over time and GPUs) and ``gpu_util_percent_max``; with clock and
+    power readings, over the samples with the GPUs ≥ 50% busy on average, also
+    ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded`` (any GPU) and ``gpu_power_w_max_loaded``.
+    A key that is absent was not measured: it is not zero.
     """
     samples = timeline.samples
     out: dict[str, float] = {
@@ -436,4 +461,17 @@ def summarize(timeline: Timeline) -> dict[str, float]:
         gw = gw if sum(gw) > 0 else [1.0] * len(gpu)
         out["gpu_util_percent_mean"] = _mean([u for u, _ in gpu], gw)
         out["gpu_util_percent_max"] = max(u for u, _ in gpu)
+    # under load only (mean utilisation ≥ 50%): an idle GPU lowers its clock by design
+    loaded = [
+        s
+        for s in samples
+        if s.gpu_sm_clock_mhz and s.gpu_util_percent
+        and sum(s.gpu_util_percent) / len(s.gpu_util_percent) >= 50.0
+    ]  # fmt: skip
+    if loaded:
+        out["gpu_sm_clock_mhz_min_loaded"] = float(min(min(s.gpu_sm_clock_mhz) for s in loaded))
+        out["gpu_sm_clock_mhz_max_loaded"] = float(max(max(s.gpu_sm_clock_mhz) for s in loaded))
+        power = [max(s.gpu_power_w) for s in loaded if s.gpu_power_w]
+        if power:
+            out["gpu_power_w_max_loaded"] = float(max(power))
     return out

@@ -107,6 +107,10 @@ class MonitorSample:
     net_recv_bytes_per_s: float
     gpu_util_percent: list[float] = field(default_factory=list)  # per GPU (NVML), empty without
     gpu_mem_used_bytes: list[int] = field(default_factory=list)
+    # per GPU (NVML), empty where not readable: a clock below the GPU's usual under load, with
+    # the power at its limit, is throttling
+    gpu_sm_clock_mhz: list[float] = field(default_factory=list)
+    gpu_power_w: list[float] = field(default_factory=list)
 
 
 @dataclass

@@ -711,6 +711,8 @@ def run_one(
             run.cpu_percent_mean = stats.get("cpu_percent_mean")
             run.busy_cores_mean = stats.get("busy_cores_mean")
             run.gpu_util_percent_mean = stats.get("gpu_util_percent_mean")
+            run.gpu_sm_clock_mhz_min = stats.get("gpu_sm_clock_mhz_min")
+            run.gpu_power_w_mean = stats.get("gpu_power_w_mean")
             mem = stats.get("gpu_mem_used_bytes_max")
             run.gpu_mem_used_bytes_max = int(mem) if mem is not None else None
         if outcome.interrupted:

@@ -145,6 +145,8 @@ class VerifyRun:
     ceiling_fraction: float | None = None  # images/s ÷ synthetic images/s at the same gpus
     gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
     gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs
+    gpu_sm_clock_mhz_min: float | None = None  # NVML, the run's GPUs, measured window
+    gpu_power_w_mean: float | None = None  # NVML, per GPU, the run's GPUs, measured window
     gpu_peak_alloc_bytes: int | None = None  # torch allocator peak, worst rank
     cpu_percent_mean: float | None = None  # psutil, whole machine, measured window
     busy_cores_mean: float | None = None
@@ -301,6 +303,14 @@ def window_stats(
     mem = [m for s, _ in picked for m in used(s.gpu_mem_used_bytes)]
     if mem:
         out["gpu_mem_used_bytes_max"] = float(max(mem))
+    clock = [c for s, _ in picked for c in used(s.gpu_sm_clock_mhz)]
+    if clock:  # the lowest SM clock of the run's GPUs in the window: throttling shows here
+        out["gpu_sm_clock_mhz_min"] = float(min(clock))
+    power = [(used(s.gpu_power_w), w) for s, w in picked if s.gpu_power_w]
+    power = [(p, w) for p, w in power if p]
+    if power:
+        pw = sum(w for _, w in power)
+        out["gpu_power_w_mean"] = sum(sum(p) / len(p) * w for p, w in power) / pw
     return out
 
 

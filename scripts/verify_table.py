@@ -80,9 +80,10 @@ def main(paths: list[str]) -> int:
 
     print(
         "| file | loader | options | stream | CPUs | workers | GPUs | img/s | ceiling | of ceiling "
-        "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % |"
+        "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % "
+        "| SM clock min MHz | power W |"
     )
-    print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     groups: dict[tuple[str, str, int], list[dict]] = {}
     for stem, st, r in runs:
         b = r.get("breakdown") or {}
@@ -94,6 +95,7 @@ def main(paths: list[str]) -> int:
 
         wait = r.get("data_wait_fraction")
         util = r.get("gpu_util_percent_mean")
+        clock, watt = r.get("gpu_sm_clock_mhz_min"), r.get("gpu_power_w_mean")
         print(
             f"| {stem} | {r['loader']}{' (synced)' if st['synced'] else ''} "
             f"| {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
@@ -102,7 +104,9 @@ def main(paths: list[str]) -> int:
             f"| {f'{frac:.3f}' if frac else '–'} "
             f"| {f'{wait * 100:.1f}%' if wait is not None else '–'} "
             f"| {ms('forward_backward_s')} | {ms('allreduce_s')} | {ms('optimizer_s')} "
-            f"| {ms('step_s')} | {f'{util:.0f}' if util is not None else '–'} |"
+            f"| {ms('step_s')} | {f'{util:.0f}' if util is not None else '–'} "
+            f"| {f'{clock:,.0f}' if clock is not None else '–'} "
+            f"| {f'{watt:.0f}' if watt is not None else '–'} |"
             + ("" if r.get("status") == "ok" else f" {r.get('status')}: {r.get('error')}")
         )
         if r.get("status") == "ok":

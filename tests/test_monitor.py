@@ -35,6 +35,10 @@ def _check_shape(timeline: Timeline) -> None:
         for rate in (s.disk_read_bytes_per_s, s.disk_read_iops, s.net_recv_bytes_per_s):
             assert rate >= 0 and math.isfinite(rate)
         assert len(s.gpu_util_percent) == len(s.gpu_mem_used_bytes)
+        # clock and power: for every GPU read, or none where the devices do not report them
+        assert len(s.gpu_sm_clock_mhz) in (0, len(s.gpu_util_percent))
+        assert len(s.gpu_power_w) == len(s.gpu_sm_clock_mhz)
+        assert all(c > 0 for c in s.gpu_sm_clock_mhz) and all(w >= 0 for w in s.gpu_power_w)
     if timeline.gpu is None:  # no NVML here: the lists stay empty and the note says why
         assert all(not s.gpu_util_percent for s in timeline.samples)
         assert "GPU" in (timeline.note or "")
@@ -180,7 +184,7 @@ def test_interval_must_be_positive():
             Monitor(interval_s=bad)
 
 
-def _s(t, cpu, disk=0.0, iops=0.0, net=0.0, gpu=(), mem=1):
+def _s(t, cpu, disk=0.0, iops=0.0, net=0.0, gpu=(), mem=1, clock=(), power=()):
     return MonitorSample(
         t_s=t,
         cpu_percent=list(cpu),
@@ -190,6 +194,8 @@ def _s(t, cpu, disk=0.0, iops=0.0, net=0.0, gpu=(), mem=1):
         net_recv_bytes_per_s=net,
         gpu_util_percent=list(gpu),
         gpu_mem_used_bytes=[0] * len(gpu),
+        gpu_sm_clock_mhz=list(clock),
+        gpu_power_w=list(power),
     )
 
 
@@ -253,6 +259,19 @@ SUMMARIES = [
         id="gpu-and-the-90-percent-line",
     ),
     pytest.param(
+        [
+            _s(0.5, [50], gpu=[10, 20], clock=[345, 345], power=[80, 80]),  # idle: not counted
+            _s(1.0, [50], gpu=[95, 97], clock=[1980, 1755], power=[610, 700]),
+            _s(1.5, [50], gpu=[96, 40], clock=[1980, 1980], power=[560, 300]),  # mean 68: loaded
+        ],
+        {
+            "gpu_sm_clock_mhz_min_loaded": 1755.0,
+            "gpu_sm_clock_mhz_max_loaded": 1980.0,
+            "gpu_power_w_max_loaded": 700.0,
+        },
+        id="clock-and-power-under-load",
+    ),
+    pytest.param(
         # every sample at t = 0 (hand-made): equal weights instead of dividing by zero
         [_s(0.0, [20]), _s(0.0, [40])],
         {"cpu_percent_mean": 30.0, "busy_cores_mean": 0.3, "duration_s": 0.0},
@@ -269,3 +288,5 @@ def test_summarize(samples, expected):
     assert all(isinstance(v, float) for v in got.values())
     if not any(s.gpu_util_percent for s in samples):
         assert "gpu_util_percent_mean" not in got  # not measured is not zero
+    if not any(s.gpu_sm_clock_mhz for s in samples):
+        assert "gpu_sm_clock_mhz_min_loaded" not in got

@@ -140,13 +140,20 @@ def test_window_stats_weights_overlap_and_picks_the_run_gpus():
     from feedbench.results import MonitorSample, Timeline
 
     samples = [
-        MonitorSample(t, [cpu, cpu], 0, 0.0, 0.0, 0.0, [gpu, 0.0], [10, 99])
-        for t, cpu, gpu in ((1.0, 10.0, 0.0), (2.0, 50.0, 80.0), (3.0, 90.0, 100.0))
-    ]
+        MonitorSample(t, [cpu, cpu], 0, 0.0, 0.0, 0.0, [gpu, 0.0], [10, 99], [clk, 100.0],
+                      [watt, 50.0])
+        for t, cpu, gpu, clk, watt in ((1.0, 10.0, 0.0, 300.0, 80.0),
+                                       (2.0, 50.0, 80.0, 1980.0, 500.0),
+                                       (3.0, 90.0, 100.0, 1800.0, 650.0))
+    ]  # fmt: skip
     stats = vr.window_stats(Timeline("x", 1.0, samples), 1.5, 3.0, gpus=[0])
     assert stats["cpu_percent_mean"] == pytest.approx((50 * 0.5 + 90 * 1.0) / 1.5)
     assert stats["gpu_util_percent_mean"] == pytest.approx((80 * 0.5 + 100) / 1.5)
     assert stats["gpu_mem_used_bytes_max"] == 10  # GPU 1 is not the run's
+    assert stats["gpu_sm_clock_mhz_min"] == 1800.0  # GPU 1's 100 MHz is not the run's either
+    assert stats["gpu_power_w_mean"] == pytest.approx((500 * 0.5 + 650) / 1.5)
+    bare = [MonitorSample(1.0, [1.0], 0, 0.0, 0.0, 0.0, [50.0], [1])]  # no clock readings
+    assert "gpu_sm_clock_mhz_min" not in vr.window_stats(Timeline("x", 1.0, bare), 0.0, 1.0)
 
 
 def test_results_round_trip_and_refuse_other_files(tmp_path):
