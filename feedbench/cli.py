@@ -395,6 +395,15 @@ def verify(
             "every run, the synthetic ceiling too.",
         ),
     ] = None,
+    compile_mode: Annotated[
+        str,
+        typer.Option(
+            "--compile",
+            help="torch.compile the model for every run, the ceiling too: off, default, "
+            "reduce-overhead (CUDA graphs) or max-autotune-no-cudagraphs. Compiling happens in "
+            "the warm-up steps.",
+        ),
+    ] = "off",
     cpu_affinity: Annotated[
         str,
         typer.Option(
@@ -451,6 +460,7 @@ def verify(
         loader_options=tuple(loader_option or ()),
         stream_priority=stream_priority.strip().lower(),
         ddp_options=tuple(ddp_option or ()),
+        compile=compile_mode.strip().lower(),
         cpu_affinity=cpu_affinity.strip().lower(),
         sync_each_step=sync_each_step,
         device=device,

@@ -56,7 +56,13 @@ from feedbench.verify_results import (
     units,
     window_stats,
 )
-from feedbench.verify_worker import CPU_AFFINITIES, DDP_OPTIONS, MODELS, STREAM_PRIORITIES
+from feedbench.verify_worker import (
+    COMPILE_MODES,
+    CPU_AFFINITIES,
+    DDP_OPTIONS,
+    MODELS,
+    STREAM_PRIORITIES,
+)
 
 SCALINGS = ("weak", "strong")
 DEVICES = ("auto", "cuda", "cpu")
@@ -83,6 +89,7 @@ class VerifyConfig:
     loader_options: tuple[str, ...] = ()  # [LOADER:]KEY=VALUE for the library loaders
     stream_priority: str = "normal"  # normal / high: the training stream's CUDA priority
     ddp_options: tuple[str, ...] = ()  # KEY=VALUE for DistributedDataParallel (DDP_OPTIONS)
+    compile: str = "off"  # torch.compile mode for the model (COMPILE_MODES)
     cpu_affinity: str = "inherit"  # inherit / split: each rank pinned to its own share of the cores
     sync_each_step: bool = False  # diagnostic: the host waits for the GPU after taking each batch
     device: str = "auto"
@@ -264,6 +271,8 @@ def plan(config: VerifyConfig) -> Plan:
     if config.sync_each_step and device != "cuda":
         raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
     ddp_options = parse_ddp_options(config.ddp_options)
+    if config.compile not in COMPILE_MODES:
+        raise FeedbenchError(f"--compile takes {', '.join(COMPILE_MODES)} (got {config.compile!r})")
     if config.cpu_affinity not in CPU_AFFINITIES:
         raise FeedbenchError(
             f"--cpu-affinity takes {' or '.join(CPU_AFFINITIES)} (got {config.cpu_affinity!r})"
@@ -449,6 +458,8 @@ def worker_command(
         cmd += ["--cpu-affinity", config.cpu_affinity]
     for key, value in p.ddp_options.items():
         cmd += ["--ddp-option", f"{key}={value}"]
+    if config.compile != "off":
+        cmd += ["--compile", config.compile]
     if config.sync_each_step:
         cmd += ["--sync-each-step"]
     if config.fail_at_step is not None:

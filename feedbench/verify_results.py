@@ -97,6 +97,7 @@ class StepSeries:
     workers: int | None = None
     cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
     ddp: str | None = None  # the DDP settings this rank ran with, read back from DDP itself
+    compiled: str | None = None  # torch.compile mode of this rank's model (None: eager)
     error: str | None = None
 
 
@@ -497,6 +498,8 @@ def render_verify(result: VerifyResult, console) -> None:
     ]
     if cfg.get("stream_priority", "normal") != "normal":
         tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("compile", "off") != "off":
+        tuned.append(f"model compiled (torch.compile, {cfg['compile']})")
     if cfg.get("ddp_options"):
         tuned.append("DDP " + ", ".join(f"{k}={v}" for k, v in cfg["ddp_options"].items()))
     if cfg.get("sync_each_step"):

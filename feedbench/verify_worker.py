@@ -35,6 +35,8 @@ from feedbench.verify_results import StepSeries
 MODELS = ("resnet50", "resnet18", "smallcnn")
 STREAM_PRIORITIES = ("normal", "high")  # the training stream's CUDA priority
 CPU_AFFINITIES = ("inherit", "split")  # split: each rank on its own share of the cores
+# torch.compile modes for the model (off: eager); reduce-overhead adds CUDA graphs
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # DistributedDataParallel settings that --ddp-option may change, with the types they take
 DDP_OPTIONS: dict[str, tuple[type, ...]] = {
     "broadcast_buffers": (bool,),  # rank 0's BatchNorm buffers sent to every rank each forward
@@ -298,6 +300,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--option", action="append", default=[], help="KEY=VALUE for build_loader")
     p.add_argument("--stream-priority", choices=STREAM_PRIORITIES, default="normal")
     p.add_argument("--ddp-option", action="append", default=[], help="KEY=VALUE for DDP")
+    p.add_argument("--compile", choices=COMPILE_MODES, default="off", help="torch.compile mode")
     p.add_argument("--cpu-affinity", choices=CPU_AFFINITIES, default="inherit")
     p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
     # diagnostic: a CUDA kernel trace of this many measured steps (after 10), to trace-rankR.json.gz
@@ -441,6 +444,11 @@ def run(args: argparse.Namespace) -> int:
         )
         comm = CommTimer(clock, world)
         ddp.register_comm_hook(comm, timed_allreduce)
+        step_model = ddp
+        if args.compile != "off":  # compiled at the first warm-up step(s)
+            mode = None if args.compile == "default" else args.compile
+            step_model = torch.compile(ddp, mode=mode)
+            series.compiled = args.compile
         criterion = torch.nn.CrossEntropyLoss()
         opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
 
@@ -518,7 +526,7 @@ def run(args: argparse.Namespace) -> int:
             m_data = clock.mark()
             marks = comm.new_step()
             with autocast():
-                loss = criterion(ddp(images), labels)
+                loss = criterion(step_model(images), labels)
             loss.backward()
             m_bwd = clock.mark()
             opt.step()

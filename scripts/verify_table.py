@@ -53,6 +53,7 @@ def main(paths: list[str]) -> int:
                 [
                     *(cfg.get("loader_options") or []),
                     *(f"ddp:{k}={v}" for k, v in (cfg.get("ddp_options") or {}).items()),
+                    *([f"compile={cfg['compile']}"] if cfg.get("compile", "off") != "off" else []),
                 ]
             ),
             "prio": cfg.get("stream_priority", "normal"),

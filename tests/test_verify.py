@@ -205,6 +205,8 @@ def test_more_gpus_than_present():
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
         (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
         (["--sync-each-step"], r"--sync-each-step waits for the GPU: it needs --device cuda"),
+        (["--compile", "fast"], r"--compile takes off, default, reduce-overhead, "
+                                r"max-autotune-no-cudagraphs \(got 'fast'\)"),
         (["--ddp-option", "broadcast_buffers"], r"--ddp-option takes KEY=VALUE"),
         (["--ddp-option", "find_unused_parameters=true"],
          r"--ddp-option 'find_unused_parameters': verify sets broadcast_buffers"),
@@ -291,6 +293,29 @@ def test_ddp_options_reach_ddp_in_every_rank(cli, data, tmp_path):
         "broadcast_buffers=False gradient_as_bucket_view=False static_graph=False bucket_cap_mb=8"
     ] * 2
     assert "DDP broadcast_buffers=False, bucket_cap_mb=8" in " ".join(r.out.split())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")),
+    reason="torch.compile (inductor) on the CPU needs a C++ compiler",
+)
+def test_compiled_model_trains_in_every_rank(cli, data, tmp_path):
+    """--compile travels to each rank, which trains the torch.compile'd DDP model (compiled in
+    the warm-up steps) with the step timing and the all-reduce hook still working."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--gpus", "2", "-l", "synthetic", "--compile", "default",
+        "--device", "cpu", "--steps", "4", "--warmup", "3", "-b", "4", "--json", str(out),
+        "--no-plots",
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    res = vr.load(out)
+    assert res.config["compile"] == "default"
+    (run,) = res.runs
+    assert run.status == "ok" and [s.compiled for s in run.ranks] == ["default", "default"]
+    assert all(len(s.step_s) == 4 and all(b >= 1 for b in s.buckets) for s in run.ranks)
+    assert "model compiled (torch.compile, default)" in " ".join(r.out.split())
 
 
 def test_parse_gpus():
