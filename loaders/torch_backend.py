@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -164,7 +164,39 @@ def _worker_init(_: int) -> None:
         pass
 
 
-class TorchLoader(LoaderBase):
+class WorkersAcrossEpochs:
+    """One DataLoader iterator that runs on across epochs (the torch and wds backends).
+
+    Its workers go on into epoch e + 1 while epoch e's last items are used, instead of idling
+    until the training loop's next ``iter()``. It is restarted (in-flight items dropped) when the
+    epoch asked for is not the one it is on, e.g. after an epoch left midway or ``set_epoch`` to
+    another epoch; ``close()`` stops the workers.
+    """
+
+    dataloader: DataLoader
+    _iter: Iterator | None = None  # the DataLoader's iterator, across epochs
+    _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
+
+    def _epoch_items(self, epoch: int, count: int, start: Callable[[int], None]) -> Iterator:
+        """The ``count`` items of ``epoch``; ``start(epoch)`` tells the sampler or the workers
+        where to begin before a (re)started iterator forks them."""
+        if self._iter is None or self._ready_epoch != epoch:
+            start(epoch)
+            self._iter = start_workers(self.dataloader)
+        self._ready_epoch = None  # midway until every item of the epoch is taken
+        for _ in range(count):
+            yield next(self._iter)
+        self._ready_epoch = epoch + 1
+
+    def close(self) -> None:
+        self._iter, self._ready_epoch = None, None
+        it = getattr(self.dataloader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+        self.dataloader._iterator = None
+
+
+class TorchLoader(WorkersAcrossEpochs, LoaderBase):
     """torch DataLoader backend; see the module docstring for what it does and guarantees."""
 
     backend = "torch"
@@ -204,8 +236,6 @@ class TorchLoader(LoaderBase):
             pin_memory=pin and workers > 0,
             **kwargs,
         )
-        self._iter: Iterator | None = None  # the DataLoader's iterator, across epochs
-        self._ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
 
     def _host_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
         """Epoch ``epoch``'s batches from the one DataLoader iterator that runs across epochs.
@@ -218,24 +248,12 @@ class TorchLoader(LoaderBase):
         on one H200 it took the backend from 33-39% data wait (2,719-3,009 img/s) to 0.0%
         (4,432-4,485 img/s, 0.99 of the synthetic ceiling). It is restarted (in-flight batches
         dropped) when the epoch asked for is not the one it is on, e.g. after an epoch left
-        midway or ``set_epoch`` to another epoch.
+        midway or ``set_epoch`` to another epoch (:class:`WorkersAcrossEpochs`).
         """
-        if self._iter is None or self._ready_epoch != epoch:
-            self.batch_sampler.set_epoch(epoch)
-            self._iter = start_workers(self.dataloader)
-        self._ready_epoch = None  # midway until every batch of the epoch is taken
-        for _ in range(len(self.batch_sampler)):
-            images, labels, keys, skipped = next(self._iter)
+        batches = self._epoch_items(epoch, len(self.batch_sampler), self.batch_sampler.set_epoch)
+        for images, labels, keys, skipped in batches:
             self._record_skipped(skipped)
             yield images, labels, keys
-        self._ready_epoch = epoch + 1
 
     def _epoch_batches(self, epoch: int):
         yield from DevicePrefetcher(self._host_batches(epoch), self.device, self.normalize)
-
-    def close(self) -> None:
-        self._iter, self._ready_epoch = None, None
-        it = getattr(self.dataloader, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-        self.dataloader._iterator = None

@@ -44,12 +44,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.base import LoaderBase, start_workers
+from loaders.base import LoaderBase
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
 from loaders.source import SHARD_IMAGE_EXTS, SampleIndex, Skipped, split_member_name
-from loaders.torch_backend import _new_uint8, worker_options
+from loaders.torch_backend import WorkersAcrossEpochs, _new_uint8, worker_options
 
 
 def split_by_node(src, rank: int, world_size: int):
@@ -174,15 +174,18 @@ class ShardStream(IterableDataset):
         )
 
     def chunks_per_worker(self, epoch: int, num_workers: int) -> int:
-        """Chunks every worker yields in ``epoch``: the most any worker's quota needs.
+        """Chunks every worker yields in ``epoch``: the most any worker's quota needs."""
+        return self._chunks_in(self._plan(epoch, num_workers))
+
+    def _chunks_in(self, plan: list[tuple[list[int], int]]) -> int:
+        """The chunks per worker of an epoch's plan: the most any worker's quota needs.
 
         A worker with a smaller quota pads with empty chunks, so that DataLoader's strict turn of
         workers (item i comes from worker i mod K) holds exactly one epoch per ``K × M`` items,
         and a worker that finishes early goes on into the next epoch only as far as its prefetch
         allows (no unbounded run-ahead of the worker with the smaller share).
         """
-        quotas = [q for _, q in self._plan(epoch, num_workers)]
-        return max(math.ceil(max(q, 0) / self.chunk) for q in quotas)
+        return max(math.ceil(max(q, 0) / self.chunk) for _, q in plan)
 
     def __iter__(self):
         """Endless: the chunks of the epoch set before ``iter()``, then of every next epoch.
@@ -195,8 +198,9 @@ class ShardStream(IterableDataset):
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
         size = self.decoder.size
         for epoch in itertools.count(int(self.epoch[0])):
-            shards, quota = self._plan(epoch, num_workers)[worker]
-            chunks = self.chunks_per_worker(epoch, num_workers)
+            plan = self._plan(epoch, num_workers)
+            shards, quota = plan[worker]
+            chunks = self._chunks_in(plan)
             if chunks == 0:
                 raise LoaderError("no samples to read: every worker's quota is empty")
             sent = 0
@@ -271,7 +275,7 @@ def _take(pending, n: int, pin: bool):
     return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
 
 
-class WdsLoader(LoaderBase):
+class WdsLoader(WorkersAcrossEpochs, LoaderBase):
     """WebDataset backend; see the module docstring for the split and the padding rule."""
 
     backend = "wds"
@@ -329,33 +333,22 @@ class WdsLoader(LoaderBase):
             pin_memory=pin and workers > 0,
             **kwargs,
         )
-        self._iter: Iterator | None = None  # the DataLoader's iterator, across epochs
-        self._ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
+
+    def _set_start(self, epoch: int) -> None:
+        self.dataset.epoch[0] = epoch  # shared memory: the workers read it on iter()
 
     def _chunks(self, epoch: int):
         """Epoch ``epoch``'s chunks from the one DataLoader iterator that runs across epochs
-        (restarted, in-flight chunks dropped, when the epoch asked for is not the next one)."""
-        if self._iter is None or self._ready_epoch != epoch:
-            self.dataset.epoch[0] = epoch  # shared memory: the workers read it on iter()
-            self._iter = start_workers(self.dataloader)
-        self._ready_epoch = None  # midway until every chunk of the epoch is taken
-        items = self.dataset.chunks_per_worker(epoch, max(1, self.workers)) * max(1, self.workers)
-        for _ in range(items):
-            images, labels, keys, skipped, e = next(self._iter)
+        (:class:`WorkersAcrossEpochs`)."""
+        workers = max(1, self.workers)
+        items = self.dataset.chunks_per_worker(epoch, workers) * workers
+        for images, labels, keys, skipped, e in self._epoch_items(epoch, items, self._set_start):
             if e != epoch:  # the workers' turn guarantees this; a broken turn must not pass
                 raise RuntimeError(f"wds: a chunk of epoch {e} arrived in epoch {epoch}")
             self._record_skipped(skipped)
             if len(images):
                 yield images, labels, keys
-        self._ready_epoch = epoch + 1
 
     def _epoch_batches(self, epoch: int):
         batches = rebatch(self._chunks(epoch), self.batch_size, self.drop_last, self.pin)
         yield from DevicePrefetcher(batches, self.device, self.normalize)
-
-    def close(self) -> None:
-        self._iter, self._ready_epoch = None, None
-        it = getattr(self.dataloader, "_iterator", None)
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-        self.dataloader._iterator = None
