@@ -127,9 +127,9 @@ class TreeSource(Source):
 class _TimedReader:
     """Reads a file in 1 MiB calls into a reused buffer, counting bytes and seconds of reading.
 
-    ``read(n, view=True)`` may return a view into the buffer instead of a copy; a caller that
-    keeps such a view across further reads puts it in ``hold[0]``: before the buffer is refilled,
-    a held view is replaced by a copy of its bytes, so what it sees never changes.
+    A caller may slice views out of the buffer (``_mv[_start:_end]``: the shard walk does); one
+    that keeps such a view across further reads puts it in ``hold[0]``: before the buffer is
+    refilled, a held view is replaced by a copy of its bytes, so what it sees never changes.
 
     ``window`` > 0: after a read call, the kernel is asked (``POSIX_FADV_WILLNEED``) to have the
     next ``window`` bytes in the page cache, renewed every half window, so the disk keeps reading
@@ -179,13 +179,12 @@ class _TimedReader:
             pos += self._piece
         self._ahead = end
 
-    def read(self, n: int, view: bool = False) -> bytes | memoryview:
-        """Up to ``n`` bytes (fewer only at the end of the file); with ``view``, a view into the
-        buffer when the bytes lie in it (valid until the next refill: see ``hold``)."""
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes (fewer only at the end of the file), as a copy."""
         if n <= self._end - self._start:
             out = self._mv[self._start : self._start + n]
             self._start += n
-            return out if view else bytes(out)
+            return bytes(out)
         parts = [bytes(self._mv[self._start : self._end])]
         need = n - len(parts[0])
         self._start = self._end
