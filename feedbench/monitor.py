@@ -416,8 +416,8 @@ def summarize(timeline: Timeline) -> dict[str, float]:
     ``cores``, ``mem_used_bytes_max``, ``disk_read_mb_per_s_mean`` / ``_max``,
     ``disk_read_iops_mean``, ``net_recv_mb_per_s_mean`` / ``_max``; with GPU readings also
     ``gpu_util_percent_mean`` (over time and GPUs) and ``gpu_util_percent_max``; with clock and
-    power readings, over the samples with the GPUs ≥ 50% busy on average, also
-    ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded`` (any GPU) and ``gpu_power_w_max_loaded``.
+    power readings, over each GPU's samples with that GPU ≥ 50% busy, also
+    ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded`` and ``gpu_power_w_max_loaded``.
     A key that is absent was not measured: it is not zero.
     """
     samples = timeline.samples
@@ -461,17 +461,20 @@ def summarize(timeline: Timeline) -> dict[str, float]:
         gw = gw if sum(gw) > 0 else [1.0] * len(gpu)
         out["gpu_util_percent_mean"] = _mean([u for u, _ in gpu], gw)
         out["gpu_util_percent_max"] = max(u for u, _ in gpu)
-    # under load only (mean utilisation ≥ 50%): an idle GPU lowers its clock by design
-    loaded = [
-        s
-        for s in samples
-        if s.gpu_sm_clock_mhz and s.gpu_util_percent
-        and sum(s.gpu_util_percent) / len(s.gpu_util_percent) >= 50.0
-    ]  # fmt: skip
+    # under load only, GPU by GPU (≥ 50% busy in that sample): an idle GPU lowers its clock by
+    # design, also beside a busy one (seen on the H200 host: 345 MHz next to 1,980)
+    loaded: list[tuple[float, float | None]] = []  # (SM clock, power) of a GPU under load
+    for s in samples:
+        n = min(len(s.gpu_util_percent), len(s.gpu_sm_clock_mhz))  # 0: no clock readings
+        for i, (util, clock) in enumerate(
+            zip(s.gpu_util_percent[:n], s.gpu_sm_clock_mhz[:n], strict=True)
+        ):
+            if util >= 50.0:
+                loaded.append((clock, s.gpu_power_w[i] if i < len(s.gpu_power_w) else None))
     if loaded:
-        out["gpu_sm_clock_mhz_min_loaded"] = float(min(min(s.gpu_sm_clock_mhz) for s in loaded))
-        out["gpu_sm_clock_mhz_max_loaded"] = float(max(max(s.gpu_sm_clock_mhz) for s in loaded))
-        power = [max(s.gpu_power_w) for s in loaded if s.gpu_power_w]
-        if power:
-            out["gpu_power_w_max_loaded"] = float(max(power))
+        out["gpu_sm_clock_mhz_min_loaded"] = float(min(c for c, _ in loaded))
+        out["gpu_sm_clock_mhz_max_loaded"] = float(max(c for c, _ in loaded))
+        watts = [w for _, w in loaded if w is not None]
+        if watts:
+            out["gpu_power_w_max_loaded"] = float(max(watts))
     return out

@@ -262,7 +262,7 @@ SUMMARIES = [
         [
             _s(0.5, [50], gpu=[10, 20], clock=[345, 345], power=[80, 80]),  # idle: not counted
             _s(1.0, [50], gpu=[95, 97], clock=[1980, 1755], power=[610, 700]),
-            _s(1.5, [50], gpu=[96, 40], clock=[1980, 1980], power=[560, 300]),  # mean 68: loaded
+            _s(1.5, [50], gpu=[96, 40], clock=[1980, 1980], power=[560, 300]),  # GPU 1 not
         ],
         {
             "gpu_sm_clock_mhz_min_loaded": 1755.0,
@@ -270,6 +270,17 @@ SUMMARIES = [
             "gpu_power_w_max_loaded": 700.0,
         },
         id="clock-and-power-under-load",
+    ),
+    pytest.param(
+        # one GPU busy, its neighbour idle at its idle clock (the H200 host, 2026-11-30): the
+        # idle one is not "under load" even though the mean of the two is 50%
+        [_s(1.0, [50], gpu=[100, 0], clock=[1980, 345], power=[691, 79])],
+        {
+            "gpu_sm_clock_mhz_min_loaded": 1980.0,
+            "gpu_sm_clock_mhz_max_loaded": 1980.0,
+            "gpu_power_w_max_loaded": 691.0,
+        },
+        id="idle-gpu-beside-a-busy-one",
     ),
     pytest.param(
         # every sample at t = 0 (hand-made): equal weights instead of dividing by zero
