@@ -201,6 +201,15 @@ def scan(
             "0: the kernel's own read-ahead only."
         ),
     ] = 0.0,
+    read_thread: Annotated[
+        bool,
+        typer.Option(
+            help="Local shards, --stages read: a reading thread per shard keeps one 1 MiB read "
+            "call in flight while the tar is parsed (read time is then time spent waiting for "
+            "storage); --no-read-thread reads in series with the parsing, as pipelines "
+            "(--stages read,decode,...) always do. Off with --read-ahead."
+        ),
+    ] = True,
     warmup_batches: Annotated[
         int, typer.Option(help="Batches per consumer left out of AU and the steady rate.")
     ] = 1,
@@ -287,6 +296,7 @@ def torchrun_main() -> None:
         direct: bool = False,
         read_latency: float = 0.0,
         read_ahead: float = 0.0,
+        read_thread: bool = True,
         warmup_batches: int = 1,
         seed: int = 0,
         loader: str | None = None,

@@ -99,6 +99,8 @@ def _cache_mode(config: dict[str, Any], pass_name: str) -> str:
         return "O_DIRECT"
     if config.get("read_ahead_mb"):
         return f"{pass_name}, read-ahead {config['read_ahead_mb']:g} MiB"
+    if config.get("read_thread") is False:  # (files from before the option read in series too)
+        return f"{pass_name}, no read thread"
     return pass_name
 
 

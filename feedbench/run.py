@@ -64,6 +64,7 @@ class ScanConfig:
     warmup_batches: int = 1
     read_latency_s: float = 0.0
     read_ahead_mb: float = 0.0  # shards: MiB the kernel is asked to read ahead (0: its own)
+    read_thread: bool = True  # local shards: a reading thread per shard (off with read_ahead_mb)
     target_au: float = 0.9
     find_max: bool = False
     max_consumers: int | None = None
@@ -139,10 +140,24 @@ def plan(config: ScanConfig) -> Plan:
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
     source, notes = detect(config.path, config.fmt)
+    # THE READING THREAD (local shards) only where reading is the whole job, the storage test
+    # (`--stages read`): there the tar walk must not stand in for the storage. In a pipeline a
+    # worker reads in series with its other stages, as a WebDataset worker does, and each stage's
+    # time stays its own (a thread would turn the read stage's time into time spent waiting and
+    # "read alone would run N× faster" into a guess). The results record what was used.
+    config.read_thread = bool(
+        config.read_thread
+        and source.kind == "shards"
+        and not source.remote
+        and not config.read_ahead_mb
+        and tuple(config.stages) == ("read",)
+        and config.loader is None
+    )
     source.set_options(
         direct=config.direct,
         latency_s=config.read_latency_s,
         read_ahead=int(config.read_ahead_mb * (1 << 20)),
+        read_thread=config.read_thread,
     )
     return source, notes
 

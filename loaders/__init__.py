@@ -68,8 +68,10 @@ def high_priority_stream(device: str | torch.device | None = None) -> torch.cuda
 
     Train on it when a GPU loader shares the GPU with training: DALI runs its kernels on its own
     streams at the default (lowest) priority, so the GPU's scheduler then serves training's
-    kernels first. On 2 H200s with the dali backend this alone took ResNet-50 from 0.84 to 0.93
-    of the synthetic ceiling (BENCHMARKS.md, "verify")::
+    kernels first. On 2 H200s with the dali backend and DDP's default per-step buffer broadcast
+    it took ResNet-50 from 0.84 (0.91 on a later run) to 0.93-0.94 of the synthetic ceiling; with
+    ``DistributedDataParallel(..., broadcast_buffers=False)`` the default stream was better (0.976
+    against 0.954 of the ceiling): measure both (BENCHMARKS.md, "verify")::
 
         stream = loaders.high_priority_stream()
         with torch.cuda.stream(stream):

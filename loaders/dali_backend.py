@@ -82,8 +82,13 @@ HW_DECODER_LOAD = 0.99
 # stream, 6 DALI threads; 2026-11-30): paced 0.93 of the synthetic ceiling (8,236-8,254 img/s in
 # 3 runs, 0.6-0.8% data wait) against 0.86-0.89 unpaced (7,540-7,847 img/s in 10 runs, 4-5.5%
 # data wait; copying out of DALI's buffers on a side stream did not help). BENCHMARKS.md, verify.
-# The paced runs made this wait implicitly (a blocking host-to-GPU copy of the label indices, at
-# the same point, on the same stream); this explicit form has not been re-measured yet.
+# The explicit pace reproduced the implicit wait it replaced (0.931, fourth run). What the wait
+# costs depends on DDP (fifth run, 2026-11-30): a synthetic run made to wait the same way reached
+# 0.959 of its ceiling with DDP's per-step buffer broadcast (broadcast_buffers=True, launched by
+# the host right after the wait, while the GPU has nothing queued) and 1.00 without it. With
+# broadcast_buffers=False this loader reached 0.97-0.98 of the ceiling (8,637-8,695 img/s, 1.2-1.3%
+# data wait, 3 runs), best with training on the default stream (0.976 against 0.954 on the
+# high-priority one; with the broadcast, high was better: 0.937 against 0.914).
 
 
 def _pipe_seed(seed: int, rank: int, epoch: int) -> int:

@@ -1014,9 +1014,8 @@ def markdown(res: dict[str, Any]) -> str:
             f"{k} {fmt_ms(s['feedbench_w0'].get('read_stage_mb_per_s'))}" for k, s in read.items()
         ]
         lines += [
-            "feedbench w0, read stage alone (bytes / seconds inside its read calls), MB/s: "
-            + "; ".join(stage)
-            + ".",
+            "feedbench w0, read stage alone (bytes / seconds in its read calls; with the "
+            "reading thread of shards, seconds waiting for it), MB/s: " + "; ".join(stage) + ".",
             "",
         ]
     dec = res.get("decode")

@@ -173,6 +173,30 @@ def test_cli_read_ahead_where_it_cannot_apply(cli, dataset, tmp_path, where, arg
     assert not out.exists()
 
 
+def test_cli_shards_read_the_same_with_and_without_the_reading_thread(cli, dataset, tmp_path):
+    """--no-read-thread reads in series with the tar walk; the default reads from a thread. Both
+    count every byte of every shard (the end padding too) and the same samples, and the results
+    say which was used."""
+    got = {}
+    for flag in ("--read-thread", "--no-read-thread"):
+        out = tmp_path / f"{flag}.json"
+        r = cli("scan", str(dataset / "shards"), "--stages", "read", "-b", "4", "--workers", "0",
+                flag, "--json", str(out), "--no-plots")  # fmt: skip
+        assert r.code == 0, r.err
+        loaded = res.load(out)
+        m = loaded.measurements[0]
+        got[flag] = (loaded.config["read_thread"], m.samples, m.errors, m.read_bytes)
+    shard_bytes = sum(p.stat().st_size for p in (dataset / "shards").glob("*.tar"))
+    assert got["--read-thread"] == (True, 24, 0, shard_bytes)
+    assert got["--no-read-thread"] == (False, 24, 0, shard_bytes)
+    # a pipeline reads in series (each stage's time its own), and the results say so
+    out = tmp_path / "pipeline.json"
+    r = cli("scan", str(dataset / "shards"), "--stages", "read,decode", "-b", "4",
+            "--workers", "0", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 0, r.err
+    assert res.load(out).config["read_thread"] is False
+
+
 def test_cli_skips_corrupt_and_zero_byte_files_and_leaves_data_alone(cli, dataset_copy, tmp_path):
     tree = dataset_copy / "images"
     victim = next(iter(sorted(tree.glob("class_001/*.jpg"))))

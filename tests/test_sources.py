@@ -202,18 +202,18 @@ def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
     assert {k.rpartition(":")[2]: v for k, v in copies.items()} == expected
 
 
+@pytest.mark.parametrize("thread", [False, True], ids=["in-series", "reading-thread"])
 @pytest.mark.parametrize("chunk", [1000, 4096 + 100])
-def test_shard_walk_with_refills_not_512_aligned(tmp_path, chunk):
+def test_shard_walk_with_refills_not_512_aligned(tmp_path, chunk, thread):
     """A reader whose refills end anywhere (as a remote stream's may): payloads that fit while
     their padding or the next header does not, headers split over two refills. Views and
-    copies give tarfile's bytes."""
-    from feedbench.sources.local import ShardSource
+    copies give tarfile's bytes, with the reads in series or from the reading thread (whose ring
+    of buffers is reused while the walk still holds views into one of them)."""
+    from feedbench.sources.local import ShardSource, _TimedReader
 
     class OddReads(ShardSource):
         def _open_reader(self, path):
-            reader = super()._open_reader(path)
-            reader._mv = memoryview(bytearray(chunk))
-            return reader
+            return _TimedReader(path, thread=thread, chunk=chunk)
 
     path = _big_shard(tmp_path / "odd.tar", 30, 700)  # 700-byte images: 324 bytes of padding
     rng = np.random.default_rng(0)
@@ -328,3 +328,53 @@ def test_read_ahead_window_fills_the_page_cache_ahead_of_the_reader(tmp_path):
     with_window = resident_after_first_sample(32 << 20)
     assert with_window >= 30 << 20, (with_window, without)
     assert without < 20 << 20, (with_window, without)
+
+
+def test_read_buffers_are_not_shared_with_forked_processes():
+    """Read buffers made before a fork (O_DIRECT's, a reading thread's ring) are the child's own
+    copies: loader workers forked from a process that has read fill them at the same time."""
+    from feedbench.sources.local import _Buffers
+
+    ring = _Buffers.take_ring(3, 1 << 16)
+    aligned = _Buffers.get(True)
+    ring[0][:4] = aligned[:4] = b"mine"
+    pid = os.fork()
+    if pid == 0:  # the child overwrites its copies and leaves at once
+        ring[0][:4] = aligned[:4] = b"kid!"
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert bytes(ring[0][:4]) == bytes(aligned[:4]) == b"mine"
+    _Buffers.give_back(ring)
+
+
+@pytest.mark.parametrize("thread", [False, True], ids=["in-series", "reading-thread"])
+def test_reader_reads_nothing_past_the_end_and_closes(tmp_path, thread):
+    """Every byte once, in order; asking again after the end (a truncated tar does) gives b""
+    at once instead of waiting for a reading thread that has finished; close() ends the thread
+    also when the caller stops halfway."""
+    import threading
+
+    from feedbench.sources.local import _TimedReader
+
+    data = os.urandom(3 * 4096 + 123)
+    path = tmp_path / "f.bin"
+    path.write_bytes(data)
+    reader = _TimedReader(str(path), thread=thread, chunk=4096)
+    got = []
+
+    def read_all():
+        got.append(reader.read(5000) + reader.read(len(data)))
+        got.append(reader.read(512))
+        got.append(reader.skip(10))
+
+    t = threading.Thread(target=read_all, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "a read past the end did not return"
+    assert got == [data, b"", 0] and reader.eof and reader.bytes == len(data)
+    reader.close()
+    half = _TimedReader(str(path), thread=thread, chunk=4096)
+    assert half.read(100) == data[:100]
+    half.close()  # the thread may be blocked on a full ring: close() must still end it
+    assert half._thread is None
+    assert not any(t.name == "feedbench-read" for t in threading.enumerate())
