@@ -102,6 +102,29 @@ def test_verdicts_in_words(loader, text):
     assert v.data_bound_from == {"baseline": 1, "dali": 2}.get(loader)
 
 
+@pytest.mark.parametrize(
+    ("device", "ddp", "pace", "dali2", "hinted"),
+    [
+        ("cuda", {}, None, 8289, True),  # the fifth GPU run's figures: 0.94 of 8,848, 0.7% wait
+        ("cuda", {"broadcast_buffers": False}, None, 8289, False),  # already off
+        ("cuda", {}, 0, 8289, False),  # the loader does not wait for the GPU
+        ("cuda", {}, None, 8500, False),  # 0.96: at the goal
+        ("cpu", {}, None, 8289, False),  # not a GPU run
+    ],
+)
+def test_dali_verdict_names_ddp_buffer_broadcast_when_fed_but_short(device, ddp, pace, dali2,
+                                                                      hinted):  # fmt: skip
+    runs = [_run("synthetic", 1, 4505, 0.0), _run("synthetic", 2, 8848, 0.0),
+            _run("dali", 1, 4200, 0.006), _run("dali", 2, dali2, 0.007)]  # fmt: skip
+    r = _result(runs)
+    r.config.update(device=device, ddp_options=ddp)
+    if pace is not None:
+        r.config["options_per_loader"] = {"dali": {"pace": pace}}
+    v = next(v for v in vr.compare(r).verdicts if v.loader == "dali")
+    assert ("broadcast_buffers=false" in v.text) == hinted, v.text
+    assert v.text.startswith(f"dali: {dali2 / 4200:.2f}× on 2 GPUs")
+
+
 def test_efficiency_and_ceiling_numbers():
     r = vr.compare(_result([VerifyRun(**vars(x)) for x in ISSUE]))
     by = {(x.loader, x.gpus): x for x in r.runs}
