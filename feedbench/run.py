@@ -64,7 +64,7 @@ class ScanConfig:
     warmup_batches: int = 1
     read_latency_s: float = 0.0
     read_ahead_mb: float = 0.0  # shards: MiB the kernel is asked to read ahead (0: its own)
-    read_thread: bool = True  # local shards: a reading thread per shard (off with read_ahead_mb)
+    read_thread: bool = True  # a reading thread per local shard, `--stages read` only (open_source)
     target_au: float = 0.9
     find_max: bool = False
     max_consumers: int | None = None

@@ -4,7 +4,8 @@
 For the one-consumer shard read (issue 3): does asking the kernel to read ahead (`feedbench scan
 --read-ahead MIB`) keep the disk busy while Python walks the tar headers? Every round evicts the
 shards from the page cache (``feedbench.cache.evict``), then reads them all with
-``ShardSource.iter_samples`` (the scan's read path), once per window size, interleaved. MB/s per
+``ShardSource.iter_samples`` (the scan's read path, reads in series with the walk as with
+``--no-read-thread``), once per window size, interleaved. MB/s per
 round and the mean. Prints the device's own read-ahead (sysfs), which decides what a window adds.
 
     python scripts/bench_readahead.py /tmp/ds2k/shards --windows 0,4,16 --rounds 4

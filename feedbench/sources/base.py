@@ -30,7 +30,7 @@ class Source(ABC):
     latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
     remote: bool = False  # read over the network (fsspec): no page cache to control here
     read_ahead: int = 0  # bytes the kernel is asked to read ahead of a shard's read position
-    read_thread: bool = True  # local shards: a reading thread keeps one read call in flight
+    read_thread: bool = False  # local shards: a reading thread keeps one read call in flight
 
     def set_options(
         self,
@@ -38,7 +38,7 @@ class Source(ABC):
         direct: bool = False,
         latency_s: float = 0.0,
         read_ahead: int = 0,
-        read_thread: bool = True,
+        read_thread: bool = False,
     ) -> None:
         self.direct, self.latency_s, self.read_ahead = direct, latency_s, read_ahead
         self.read_thread = read_thread
