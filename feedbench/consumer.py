@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from feedbench import stages as st
 from feedbench.results import ConsumerStats, Percentiles, SampleError, StageStats, percentiles
-from feedbench.sources import Source
+from feedbench.scan.sources import Source
 from loaders.base import start_workers
 
 KEEP_ERRORS = 20

@@ -38,7 +38,7 @@ from feedbench.results import (
     ScanResult,
     now_utc,
 )
-from feedbench.sources import Source, detect
+from feedbench.scan.sources import Source, detect, shared_listing
 from feedbench.sweep import curve, default_workers, find_max, max_consumers_default
 
 PASSES = ("cold", "warm")
@@ -163,7 +163,7 @@ def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
 
 
 def _check_direct(source: Source) -> None:
-    from feedbench.sources.local import read_file
+    from loaders.data import read_file
 
     try:
         read_file(str(source.files()[0]), direct=True)
@@ -591,8 +591,6 @@ def scan(
     source, notes, p = validate(config)
     if not source.remote:
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
-    from feedbench.sources.remote import shared_listing
-
     with shared_listing(source, config.path, config.fmt):  # consumers do not list it again
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 

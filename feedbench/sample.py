@@ -27,11 +27,11 @@ from PIL import Image
 
 from feedbench import __version__
 from feedbench.errors import FeedbenchError
+from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
 
 FORMATS = ("jpeg", "wds", "both")
 MANIFEST = "feedbench-sample.json"
-TREE_DIR = "images"
-SHARD_DIR = "shards"
+TREE_DIR, SHARD_DIR = SAMPLE_TREE, SAMPLE_SHARDS  # what a scan of the sample root finds
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import threading
 import time
@@ -190,29 +189,20 @@ def check_gpus(asked: tuple[int, ...], present: int) -> None:
 
 
 def count_samples(path: str) -> tuple[DatasetInfo, int]:
-    """What is at ``path`` and how many samples it holds (tar shards: members counted)."""
-    from feedbench.sources import detect
+    """What is at ``path`` and how many usable samples it holds, as the loaders index it."""
+    from loaders.data import locate, open_index
+    from loaders.errors import LoaderError
 
-    source, _ = detect(path)
-    n = source.samples_hint()
-    if n is None:  # shards: one sample per image member
-        n = 0
-        for shard in source.files():
-            try:
-                with tarfile.open(shard) as tf:
-                    n += sum(
-                        1
-                        for m in tf
-                        if m.isfile()
-                        and m.name.rsplit(".", 1)[-1].lower() in ("jpg", "jpeg", "png", "webp")
-                    )
-            except (tarfile.TarError, OSError):
-                continue  # a truncated shard: the loaders skip its tail too
+    try:
+        layout = locate(path)
+        n = len(open_index(layout))
+    except LoaderError as e:
+        raise FeedbenchError(str(e)) from None
     info = DatasetInfo(
         path=os.path.abspath(path),
-        format=source.kind,
-        files=len(source.files()),
-        bytes=source.total_bytes(),
+        format=layout.kind,
+        files=len(layout.files),
+        bytes=layout.total_bytes,
         samples=n,
     )
     return info, n
@@ -221,9 +211,9 @@ def count_samples(path: str) -> tuple[DatasetInfo, int]:
 def sources_for(data: str) -> dict[str, str]:
     """The path each loader reads. A feedbench sample root (``images/`` and ``shards/``): the
     tree for baseline, torch and dali, the shards for wds; any other path: the path itself."""
-    from feedbench.sample import SHARD_DIR, TREE_DIR
+    from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
 
-    tree, shards = os.path.join(data, TREE_DIR), os.path.join(data, SHARD_DIR)
+    tree, shards = os.path.join(data, SAMPLE_TREE), os.path.join(data, SAMPLE_SHARDS)
     if os.path.isdir(tree) and os.path.isdir(shards):
         return {BASELINE: tree, DALI_EXAMPLE: tree, "torch": tree, "dali": tree, "wds": shards}
     return {name: data for name in (BASELINE, DALI_EXAMPLE, *LIBRARY)}

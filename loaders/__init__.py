@@ -15,9 +15,9 @@ import os
 import torch
 
 from loaders.base import LoaderBase, resolve_device
+from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
-from loaders.source import SampleIndex, Skipped, open_source
 from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD, denormalize, resolve_dtype
 
 BACKENDS = ("torch", "dali", "wds")
@@ -38,7 +38,7 @@ __all__ = [
     "default_workers",
     "high_priority_stream",
     "discover",
-    "open_source",
+    "open_index",
     "shard_indices",
 ]
 
@@ -147,7 +147,7 @@ def build_loader(
                 f"(its options: {', '.join(sorted(known)) or 'none'})"
             )
     info = discover(rank, world_size, local_rank)
-    index = source if isinstance(source, SampleIndex) else open_source(source, source_format)
+    index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
     common = dict(
         train=train,
         image_size=image_size,

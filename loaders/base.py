@@ -17,8 +17,8 @@ from collections.abc import Iterator
 
 import torch
 
+from loaders.data import SampleIndex, Skipped
 from loaders.dist import DistInfo
-from loaders.source import SampleIndex, Skipped
 from loaders.transforms import Normalize
 
 

@@ -54,9 +54,10 @@ import numpy as np
 import torch
 
 from loaders.base import LoaderBase
+from loaders.data import SampleIndex, split_member_name
+from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
-from loaders.source import SampleIndex, split_member_name
 from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 READER = "Reader"
@@ -240,7 +241,7 @@ class DaliLoader(LoaderBase):
                 jpegs, cls = fn.readers.webdataset(
                     paths=index.shards,
                     index_paths=self._index_paths,
-                    ext=["jpg;jpeg;png;webp", "cls"],
+                    ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
                     missing_component_behavior="error",
                     shuffle_after_epoch=self.train,
                     shuffle_after_epoch_seed=self.seed % (2**31 - 1),

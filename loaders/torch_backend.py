@@ -33,9 +33,9 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torch.utils.data.distributed import DistributedSampler
 
 from loaders.base import LoaderBase, start_workers
+from loaders.data import SampleIndex, Skipped
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.prefetch import DevicePrefetcher
-from loaders.source import SampleIndex, Skipped
 
 
 class _EpochBatchSampler:

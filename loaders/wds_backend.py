@@ -45,10 +45,11 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from loaders.base import LoaderBase
+from loaders.data import SampleIndex, Skipped, split_member_name
+from loaders.data.formats import IMAGE_MEMBER_EXTS
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
-from loaders.source import SHARD_IMAGE_EXTS, SampleIndex, Skipped, split_member_name
 from loaders.torch_backend import WorkersAcrossEpochs, _new_uint8, worker_options
 
 
@@ -154,7 +155,7 @@ class ShardStream(IterableDataset):
                 raw = wds.shuffle(per_worker, min(per_worker, 100), rng=rng)(raw)
             for sample in raw:
                 i = keys.get(sample.get("__url__"), {}).get(sample["__key__"])
-                img = next((sample[e] for e in SHARD_IMAGE_EXTS if e in sample), None)
+                img = next((v for k, v in sample.items() if k in IMAGE_MEMBER_EXTS), None)
                 if i is None or img is None:
                     continue  # listing already counted it (no label / no image / cut off)
                 found += 1

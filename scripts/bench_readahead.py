@@ -27,7 +27,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
     from feedbench.cache import device_read_ahead, evict
-    from feedbench.sources import detect
+    from feedbench.scan.sources import detect
 
     src, _ = detect(args.shards, "shards")
     files = [str(f) for f in src.files()]

@@ -89,7 +89,7 @@ def feedbench_run(url: str, consumers: int) -> dict:
 def _plain(args) -> tuple[int, float, float]:
     """One process: read ``urls`` like feedbench's source would; (bytes, start, end)."""
     urls, kind, barrier = args
-    from feedbench.sources.remote import filesystem
+    from loaders.data.remote import filesystem
 
     barrier.wait()
     t0, n = time.perf_counter(), 0
@@ -142,7 +142,7 @@ def main() -> int:
     p.add_argument("--consumers", type=int, default=2, help="N for the parallel rows")
     p.add_argument("--out", type=Path)
     args = p.parse_args()
-    from feedbench.sources.remote import detect_remote
+    from feedbench.scan.sources import detect
 
     data = args.data.resolve()
     procs, base = serve(data.parent)
@@ -152,7 +152,7 @@ def main() -> int:
         for scheme in ("s3", "http"):
             for layout in ("images", "shards"):
                 url = f"{base[scheme]}{bucket}/{layout}" + ("/" if scheme == "http" else "")
-                source, _ = detect_remote(url, "auto")
+                source, _ = detect(url, "auto")
                 urls = [str(u) for u in source.files()]
                 plain_run(urls, source.kind, 1)  # the server's page cache holds it all now
                 runs: dict[str, list[dict]] = {}

@@ -78,7 +78,7 @@ from typing import Any
 
 from feedbench.results import spread
 
-READ_CHUNK = 1 << 20  # feedbench.sources.local._READ_CHUNK: feedbench reads with 1 MiB read() calls
+READ_CHUNK = 1 << 20  # loaders.data.readers.READ_CHUNK: feedbench reads with 1 MiB read() calls
 FEEDBENCH_BATCH = 64  # feedbench scan's batch without a profile; its steady rate skips one batch
 GOAL = 0.9
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -230,7 +230,7 @@ def make_data(n: int, workdir: Path, cores: int) -> Path:
 
 
 def open_layout(path: Path, fmt: str):
-    from feedbench.sources import detect
+    from feedbench.scan.sources import detect
 
     source, _ = detect(str(path), fmt)
     return source
@@ -435,7 +435,7 @@ def run_fio(fio: str, layout: str, dirs: list[Path], out: Path) -> dict[str, Any
 def run_python_read(files: list[str]) -> dict[str, Any]:
     """feedbench's syscalls without feedbench: open, read(1 MiB) until EOF, join, close.
 
-    Like ``feedbench.sources.local.read_file``: every ``read(1 MiB)`` returns a new 1 MiB bytes
+    Like ``loaders.data.read_file``: every ``read(1 MiB)`` returns a new 1 MiB bytes
     object (shrunk afterwards), i.e. fresh memory the kernel copies into.
     """
     total = 0

@@ -23,7 +23,7 @@ def main() -> None:
     p.add_argument("shards", help="a folder of .tar shards")
     p.add_argument("--repeat", type=int, default=9)
     args = p.parse_args()
-    from feedbench.sources import detect
+    from feedbench.scan.sources import detect
 
     src, _ = detect(args.shards, "shards")
     units = np.arange(src.units())

@@ -17,7 +17,7 @@ from feedbench.consumer import accelerator_utilisation, consumer_units
 from feedbench.errors import FeedbenchError
 from feedbench.results import CacheState, Measurement
 from feedbench.run import ScanConfig, scan
-from feedbench.sources import detect
+from feedbench.scan.sources import detect
 from feedbench.sweep import curve, find_max, parse_counts
 
 # --- sharding across consumers ------------------------------------------------------------------

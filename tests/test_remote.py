@@ -132,10 +132,10 @@ def test_scan_over_the_network_reads_every_byte_once(cli, s3_env, tmp_path, sche
 
 
 def test_labels_come_from_the_folders_under_the_url(s3_env):
-    from feedbench.sources.remote import detect_remote
+    from feedbench.scan.sources import detect
 
     for url in (s3_env["s3"] + "/images", s3_env["http"] + "/images/"):
-        source, _ = detect_remote(url, "auto")
+        source, _ = detect(url, "auto")
         local = sorted(p.parent.name for p in (s3_env["root"] / "images").rglob("*.jpg"))
         got = sorted(source.classes[source.label(i)] for i in range(source.units()))
         assert got == local
@@ -150,8 +150,8 @@ def test_labels_come_from_the_folders_under_the_url(s3_env):
         (["gs://bucket/images"], r"unsupported URL scheme gs://"),
         (["s3://data/images", "--direct"], r"--direct controls this machine's page cache; "
                                            r"s3://data/images is read over the network"),
-        (["s3://data/docs"], r"no images .* or \.tar shards under s3://data/docs \(1 other"),
-        (["s3://data/images", "--format", "shards"], r"--format shards: no \.tar shards under"),
+        (["s3://data/docs"], r"no images .* or \.tar shards in s3://data/docs \(1 other"),
+        (["s3://data/images", "--format", "shards"], r"format 'shards': no \.tar shards in"),
     ],
 )  # fmt: skip
 def test_bad_urls_are_one_line_and_exit_2(cli, s3_env, tmp_path, args, message):
@@ -178,9 +178,9 @@ def test_a_vanished_object_is_counted_not_fatal(s3_env):
     are read."""
     import numpy as np
 
-    from feedbench.sources.remote import detect_remote
+    from feedbench.scan.sources import detect
 
-    source, _ = detect_remote(s3_env["http"] + "/images/", "auto")
+    source, _ = detect(s3_env["http"] + "/images/", "auto")
     first = str(source.files()[0])
     with _deleted(s3_env["root"] / first.split("/data/", 1)[1]):
         got = list(source.iter_samples(np.arange(3)))
@@ -189,33 +189,34 @@ def test_a_vanished_object_is_counted_not_fatal(s3_env):
 
 
 def test_consumers_take_the_parents_listing_instead_of_listing_again(s3_env, monkeypatch):
-    from feedbench.sources import remote
+    from feedbench.scan import sources
+    from loaders.data import remote
 
     url = s3_env["http"] + "/shards/"
-    source, _ = remote.detect_remote(url, "auto")
-    with remote.shared_listing(source, url, "auto"):
+    source, _ = sources.detect(url, "auto")
+    with sources.shared_listing(source, url, "auto"):
 
-        def no_network(u):
+        def no_network(u, *args):
             raise AssertionError("listed again")
 
         monkeypatch.setattr(remote, "filesystem", no_network)
-        again, _ = remote.detect_remote(url, "auto")
+        again, _ = sources.detect(url, "auto")
         other = None
         with pytest.raises(AssertionError, match="listed again"):
-            other = remote.detect_remote(url, "tree")  # another question: not the shared answer
+            other = sources.detect(url, "tree")  # another question: not the shared answer
     assert other is None
     assert type(again) is type(source) and list(again.files()) == list(source.files())
     assert again.total_bytes() == source.total_bytes() > 0
-    assert remote.LISTING_ENV not in __import__("os").environ
+    assert sources.LISTING_ENV not in __import__("os").environ
 
 
 def test_a_vanished_shard_is_one_error_not_a_crash(s3_env):
     """A shard deleted after listing: one error record for it, the other shards are read."""
     import numpy as np
 
-    from feedbench.sources.remote import detect_remote
+    from feedbench.scan.sources import detect
 
-    source, _ = detect_remote(s3_env["s3"] + "/shards", "auto")
+    source, _ = detect(s3_env["s3"] + "/shards", "auto")
     first = str(source.files()[0])
     with _deleted(s3_env["root"] / first.split("s3://data/", 1)[1]):
         got = list(source.iter_samples(np.arange(2)))

@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 
 from feedbench.errors import FeedbenchError
-from feedbench.sources import ShardSource, TreeSource, detect
+from feedbench.scan.sources import Source, detect
+from loaders.data import FileReader, Layout
+from loaders.data.readers import Buffers
+from loaders.data.tar import header_sum
+
+
+def ShardSource(root, paths, sizes):  # noqa: N802 - a source of the given shards
+    return Source(Layout("shards", root, list(paths), list(sizes)))
 
 
 def test_detects_tree_and_labels_from_class_folders(dataset):
     source, notes = detect(str(dataset / "images"))
-    assert isinstance(source, TreeSource) and notes == []
+    assert source.kind == "tree" and notes == []
     assert source.units() == 24 and source.samples_hint() == 24
     assert source.classes == [f"class_{c:03d}" for c in range(4)]
     for i in range(source.units()):
@@ -24,11 +31,11 @@ def test_detects_tree_and_labels_from_class_folders(dataset):
 def test_sample_root_prefers_images_and_says_so(dataset):
     source, notes = detect(str(dataset))
     assert source.kind == "tree"
-    assert "--format shards" in notes[0]
+    assert "format 'shards'" in notes[0]
     # labels still come from class folders, although PATH is one level up
     assert source.classes == [f"class_{c:03d}" for c in range(4)]
     shards, _ = detect(str(dataset), "shards")
-    assert isinstance(shards, ShardSource) and shards.units() == 4
+    assert shards.kind == "shards" and shards.units() == 4
 
 
 @pytest.mark.parametrize(
@@ -100,8 +107,6 @@ def test_tar_walker_matches_tarfile(tmp_path, fmt):
     import io
     import tarfile
 
-    from feedbench.sources.local import ShardSource
-
     formats = {"ustar": tarfile.USTAR_FORMAT, "gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT}
     long_dir = "d" * 60 + "/" + "e" * 60  # > 100 characters: prefix (ustar) or long name records
     members = [
@@ -144,8 +149,6 @@ def test_tar_walker_matches_tarfile(tmp_path, fmt):
 
 
 def test_tar_walker_rejects_a_corrupt_header(tmp_path, dataset):
-    from feedbench.sources.local import ShardSource
-
     data = bytearray((dataset / "shards" / "shard-00000.tar").read_bytes())
     data[0:5] = b"XXXXX"  # the first member's name: the checksum no longer matches
     bad = tmp_path / "bad.tar"
@@ -158,13 +161,11 @@ def test_header_checksum_is_the_exact_byte_sum():
     """The Adler-32 shortcut equals the ustar rule (sum of bytes, checksum field as spaces)."""
     import random
 
-    from feedbench.sources.local import _header_sum
-
     rng = random.Random(0)
     headers = [bytes(rng.getrandbits(8) for _ in range(512)) for _ in range(200)]
     headers += [b"\xff" * 512, b"\0" * 512, b"\x01" * 512]
     for h in headers:
-        assert _header_sum(h) == sum(h[:148]) + 8 * 32 + sum(h[156:])
+        assert header_sum(h) == sum(h[:148]) + 8 * 32 + sum(h[156:])
 
 
 def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
@@ -173,8 +174,6 @@ def test_shard_views_give_the_same_bytes_as_copies(tmp_path):
     member that makes the reader refill before the sample is complete (the view is copied)."""
     import io
     import tarfile
-
-    from feedbench.sources.local import ShardSource
 
     rng = np.random.default_rng(3)
     expected = {}
@@ -209,16 +208,15 @@ def test_shard_walk_with_refills_not_512_aligned(tmp_path, chunk, thread):
     their padding or the next header does not, headers split over two refills. Views and
     copies give tarfile's bytes, with the reads in series or from the reading thread (whose ring
     of buffers is reused while the walk still holds views into one of them)."""
-    from feedbench.sources.local import ShardSource, _TimedReader
 
-    class OddReads(ShardSource):
+    class OddReads(Source):
         def _open_reader(self, path):
-            return _TimedReader(path, thread=thread, chunk=chunk)
+            return FileReader(path, thread=thread, chunk=chunk)
 
     path = _big_shard(tmp_path / "odd.tar", 30, 700)  # 700-byte images: 324 bytes of padding
     rng = np.random.default_rng(0)
     want = {f"{i:06d}": (rng.bytes(700), i % 7) for i in range(30)}
-    src = OddReads(str(tmp_path), [str(path)], [path.stat().st_size])
+    src = OddReads(Layout("shards", str(tmp_path), [str(path)], [path.stat().st_size]))
     for views in (True, False):
         got = {
             s.key.rpartition(":")[2]: (bytes(s.data), s.label)
@@ -333,10 +331,8 @@ def test_read_ahead_window_fills_the_page_cache_ahead_of_the_reader(tmp_path):
 def test_read_buffers_are_not_shared_with_forked_processes():
     """Read buffers made before a fork (O_DIRECT's, a reading thread's ring) are the child's own
     copies: loader workers forked from a process that has read fill them at the same time."""
-    from feedbench.sources.local import _Buffers
-
-    ring = _Buffers.take_ring(3, 1 << 16)
-    aligned = _Buffers.get(True)
+    ring = Buffers.take_ring(3, 1 << 16)
+    aligned = Buffers.get(True)
     ring[0][:4] = aligned[:4] = b"mine"
     pid = os.fork()
     if pid == 0:  # the child overwrites its copies and leaves at once
@@ -344,7 +340,7 @@ def test_read_buffers_are_not_shared_with_forked_processes():
         os._exit(0)
     os.waitpid(pid, 0)
     assert bytes(ring[0][:4]) == bytes(aligned[:4]) == b"mine"
-    _Buffers.give_back(ring)
+    Buffers.give_back(ring)
 
 
 @pytest.mark.parametrize("thread", [False, True], ids=["in-series", "reading-thread"])
@@ -354,12 +350,10 @@ def test_reader_reads_nothing_past_the_end_and_closes(tmp_path, thread):
     also when the caller stops halfway."""
     import threading
 
-    from feedbench.sources.local import _TimedReader
-
     data = os.urandom(3 * 4096 + 123)
     path = tmp_path / "f.bin"
     path.write_bytes(data)
-    reader = _TimedReader(str(path), thread=thread, chunk=4096)
+    reader = FileReader(str(path), thread=thread, chunk=4096)
     got = []
 
     def read_all():
@@ -373,7 +367,7 @@ def test_reader_reads_nothing_past_the_end_and_closes(tmp_path, thread):
     assert not t.is_alive(), "a read past the end did not return"
     assert got == [data, b"", 0] and reader.eof and reader.bytes == len(data)
     reader.close()
-    half = _TimedReader(str(path), thread=thread, chunk=4096)
+    half = FileReader(str(path), thread=thread, chunk=4096)
     assert half.read(100) == data[:100]
     half.close()  # the thread may be blocked on a full ring: close() must still end it
     assert half._thread is None

@@ -1,0 +1,1 @@
+"""feedbench scan: how fast N consumers can iterate the data, stage by stage."""

@@ -1,0 +1,171 @@
+"""Where a scan's bytes come from: a layout of the data layer (:mod:`loaders.data`), read timed.
+
+``detect(path, fmt)`` lists the place once (:func:`loaders.data.locate`) and returns a
+:class:`Source`: its units (image files, or tar shards) are what is sharded across consumers,
+and :meth:`Source.iter_samples` yields one :class:`~loaders.data.RawSample` per sample, each read
+timed on its own. Local files are read with 1 MiB read calls (O_DIRECT, emulated latency,
+read-ahead hints or a reading thread as asked); URLs through the data layer's remote readers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from feedbench.cache import device_read_ahead
+from feedbench.errors import FeedbenchError
+from loaders.data import FileReader, Layout, RawSample, iter_shard, locate, read_file
+from loaders.data import remote as remote_io
+from loaders.data.tar import timed_open
+from loaders.errors import LoaderError
+
+LISTING_ENV = "FEEDBENCH_LISTING"  # a listing the parent made, for the consumers it starts
+
+
+class Source:
+    """A layout listed once, with the read options of the scan (set by :meth:`set_options`)."""
+
+    direct: bool = False  # read with O_DIRECT (no page cache)
+    latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
+    read_ahead: int = 0  # bytes the kernel is asked to read ahead of a shard's read position
+    read_thread: bool = False  # local shards: a reading thread keeps one read call in flight
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.kind = layout.kind
+        self.root = layout.root
+        self.remote = layout.remote
+        self._files = np.asarray(layout.files, dtype=str)  # numpy: no copy-on-read growth
+        self._sizes = np.asarray(layout.sizes, dtype=np.int64)
+        labels = layout.labels if layout.labels is not None else np.zeros(0, dtype=np.int64)
+        self._labels = np.asarray(labels, dtype=np.int64)
+        self.classes = list(layout.classes)
+        self._piece: dict[int, int] = {}  # read-ahead hint size per device, found at first open
+
+    def set_options(
+        self,
+        *,
+        direct: bool = False,
+        latency_s: float = 0.0,
+        read_ahead: int = 0,
+        read_thread: bool = False,
+    ) -> None:
+        self.direct, self.latency_s, self.read_ahead = direct, latency_s, read_ahead
+        self.read_thread = read_thread
+
+    def units(self) -> int:
+        """Number of shardable units: files for a tree, .tar files for shards."""
+        return len(self._files)
+
+    def files(self) -> Sequence[str]:
+        """Every file the source reads (for cache control)."""
+        return self._files
+
+    def total_bytes(self) -> int:
+        return int(self._sizes.sum())
+
+    def samples_hint(self) -> int | None:
+        """Number of samples if known without reading (tree), else None (shards)."""
+        return len(self._files) if self.kind == "tree" else None
+
+    def label(self, index: int) -> int:
+        return int(self._labels[index])
+
+    def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
+        """Read the given units in order, one record per sample (or per failure).
+
+        ``views=True``: a shard sample's ``data`` may be a memoryview valid only until the next
+        sample is asked for (no copy out of a read buffer); for consumers done with each sample
+        before taking the next."""
+        if self.kind == "tree":
+            for i in unit_indices:
+                yield self._read_image(str(self._files[i]), int(self._labels[i]))
+            return
+        for i in unit_indices:
+            path = str(self._files[i])
+            reader, why = timed_open(self._open_reader, path, self.latency_s)
+            if reader is None:
+                yield RawSample(path, None, None, 0, 0.0, f"unreadable shard: {why}")
+                continue
+            yield from iter_shard(reader, path, views=views)
+
+    def _read_image(self, path: str, label: int) -> RawSample:
+        t0 = time.perf_counter()
+        try:
+            if self.remote:
+                if self.latency_s > 0:
+                    time.sleep(self.latency_s)
+                data = remote_io.read_object(path)
+                read_s = time.perf_counter() - t0
+            else:
+                data, read_s = read_file(path, direct=self.direct, latency_s=self.latency_s)
+        except OSError as e:
+            why = e.strerror or remote_io.one_line(e)
+            prefix = "" if self.remote else "unreadable: "
+            return RawSample(path, None, label, 0, time.perf_counter() - t0, prefix + why)
+        error = "zero-byte file" if not data else None
+        return RawSample(path, data if data else None, label, len(data), read_s, error)
+
+    def _open_reader(self, path: str):
+        if self.remote:
+            return remote_io.StreamReader(path)
+        if not self.read_ahead:  # (the hints below are the other way to overlap: not both)
+            return FileReader(path, direct=self.direct, thread=self.read_thread)
+        try:
+            dev = os.stat(path).st_dev
+        except OSError:
+            dev = -1  # the open below names the problem
+        piece = self._piece.get(dev)
+        if piece is None:  # the most one hint makes the kernel read, per device (shards may span)
+            known = max(device_read_ahead(path) or (0,))
+            piece = self._piece[dev] = known if known > 0 else 128 << 10
+        return FileReader(path, direct=self.direct, window=self.read_ahead, piece=piece)
+
+
+def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
+    """The source at ``path`` and notes about the choice (e.g. a second layout left out)."""
+    shared = _shared(path, fmt)
+    if shared is not None:
+        return Source(shared), []
+    try:
+        layout = locate(path, fmt)
+    except LoaderError as e:
+        raise FeedbenchError(str(e)) from None
+    return Source(layout), list(layout.notes)
+
+
+@contextlib.contextmanager
+def shared_listing(source: Source, path: str, fmt: str):
+    """Hand this listing to the consumer processes started meanwhile (they inherit the
+    environment), so that N consumers do not list the place N more times (over HTTP, asking
+    every object's size again)."""
+    folder = tempfile.mkdtemp(prefix="feedbench-listing-")
+    target = os.path.join(folder, "listing.pkl")
+    with open(target, "wb") as f:
+        pickle.dump((path, fmt, source.layout), f)
+    before = os.environ.get(LISTING_ENV)
+    os.environ[LISTING_ENV] = target
+    try:
+        yield target
+    finally:
+        if before is None:
+            os.environ.pop(LISTING_ENV, None)
+        else:
+            os.environ[LISTING_ENV] = before
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _shared(path: str, fmt: str) -> Layout | None:
+    target = os.environ.get(LISTING_ENV)
+    if not target or not os.path.isfile(target):
+        return None
+    with open(target, "rb") as f:
+        given, given_fmt, layout = pickle.load(f)
+    return layout if (given, given_fmt) == (path, fmt) else None

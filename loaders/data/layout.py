@@ -1,0 +1,215 @@
+"""What is at a path or URL: an image tree (ImageFolder) or WebDataset tar shards, listed once.
+
+:func:`locate` accepts a directory (or a URL prefix / folder), one ``.tar``, or a brace list or
+glob of shards, and returns a :class:`Layout`. The rules, the same for the loaders and for scan:
+
+* A folder holding images is a tree: the label of an image is its first folder below the tree's
+  root (class folders in sorted order). Images lying directly in the root with no class folder
+  beside them form one class named after the root; beside class folders they are skipped.
+* A feedbench sample root (``images/`` and/or ``shards/`` and nothing else that counts) is read as
+  the tree in ``images/`` or the shards in ``shards/``.
+* ``fmt="auto"`` takes the images when a place holds both images and shards (and says so in a
+  note); ``"tree"`` / ``"shards"`` force one. Dot-files and dot-folders are never listed.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from loaders.data import patterns, remote
+from loaders.data.formats import IMAGE_EXTENSIONS, is_image, is_shard
+from loaders.errors import LoaderError
+
+FORMATS = ("auto", "tree", "shards")
+SAMPLE_TREE, SAMPLE_SHARDS = "images", "shards"  # a feedbench sample root's two folders
+
+
+class Skipped(NamedTuple):
+    """One sample (or file) left out, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
+class Layout:
+    kind: str  # "tree" or "shards"
+    root: str  # the tree's root (labels are its folders), or the shards' folder
+    files: list[str]  # images (sorted) or shards (in the order given)
+    sizes: list[int]  # bytes per file (0 where a server would not say)
+    remote: bool = False
+    labels: np.ndarray | None = None  # tree: class index per file
+    classes: list[str] = field(default_factory=list)  # tree: class folder names, sorted
+    skipped: list[Skipped] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_bytes(self) -> int:
+        return int(sum(self.sizes))
+
+
+def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
+    """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`."""
+    if fmt not in FORMATS:
+        raise LoaderError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    text = os.fspath(path)
+    url = remote.is_url(text)
+    if url:
+        remote.check_protocol(text)
+    if patterns.has_pattern(text):
+        return _pattern(text, url)
+    return _place(text, fmt) if url else _folder(text, fmt)
+
+
+def _shards(root: str, paths: list[str], sizes: list[int], url: bool) -> Layout:
+    return Layout("shards", root, paths, sizes, remote=url)
+
+
+def _pattern(pattern: str, url: bool) -> Layout:
+    shown = remote.redact_url(pattern)
+    paths = patterns.expand(pattern)
+    if not paths:
+        raise LoaderError(f"no files match {shown}")
+    if not all(is_shard(_path_part(p)) for p in paths):
+        raise LoaderError(f"a pattern must name .tar shards: {shown}")
+    if url:
+        return _shards(_parent(paths[0]), paths, remote.sizes(paths), True)
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise LoaderError(f"shard not found: {missing[0]} ({len(missing)} of {len(paths)} missing)")
+    return _shards(_parent(paths[0]), paths, [os.path.getsize(p) for p in paths], False)
+
+
+def _path_part(item: str) -> str:
+    return item.split("?", 1)[0] if remote.is_url(item) else item
+
+
+def _parent(path: str) -> str:
+    return (path.rsplit("/", 1)[0] if remote.is_url(path) else os.path.dirname(path)) or "."
+
+
+def _folder(path: str, fmt: str) -> Layout:
+    if not os.path.exists(path):
+        raise LoaderError(f"no such file or directory: {path}")
+    if os.path.isfile(path):
+        if is_shard(path):
+            return _shards(_parent(path), [path], [os.path.getsize(path)], False)
+        raise LoaderError(f"{path} is a file: give a directory of images or .tar shards")
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise LoaderError(f"permission denied: {path}")
+    found: dict[str, int] = {}
+    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in filenames:
+            if not name.startswith("."):
+                full = os.path.join(dirpath, name)
+                try:
+                    found[full] = os.path.getsize(full)
+                except OSError:
+                    found[full] = 0
+    return _classify(path, found, fmt, url=False)
+
+
+def _place(url: str, fmt: str) -> Layout:
+    listing = remote.list_objects(url)
+    if not listing:  # an object store has no folders: an empty prefix is no prefix
+        raise LoaderError(f"no such file or directory, or nothing in it: {remote.redact_url(url)}")
+    if len(listing) == 1 and url in listing and is_shard(_path_part(url)):
+        size = listing[url] or remote.sizes([url])[0]
+        return _shards(_parent(url), [url], [size], True)
+    layout = _classify(url.rstrip("/"), listing, fmt, url=True)
+    if not any(layout.sizes):  # index pages carry no sizes: ask the server (HEAD)
+        layout.sizes = remote.sizes(layout.files)
+    return layout
+
+
+def _rel(root: str, full: str, url: bool) -> str:
+    return full[len(root) :].lstrip("/") if url else os.path.relpath(full, root)
+
+
+def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layout:
+    """Images, shards and other files found under ``root`` → the layout ``fmt`` asks for."""
+    shown = remote.redact_url(root)
+    sep = "/" if url else os.sep
+    rels = {full: _rel(root, full, url) for full in found}
+    images = sorted(f for f, r in rels.items() if is_image(r))
+    tars = sorted(f for f, r in rels.items() if is_shard(_path_part(r)))
+    others = sorted(f for f in found if f not in set(images) | set(tars))
+    if not images and not tars:
+        if not others:
+            raise LoaderError(f"{shown} is empty: no files in it")
+        raise LoaderError(
+            f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards in {shown} "
+            f"({len(others)} other files, e.g. {rels[others[0]]})"
+        )
+    sample_root = all(rels[f].startswith(SAMPLE_TREE + sep) for f in images) and all(
+        rels[f].startswith(SAMPLE_SHARDS + sep) for f in tars
+    )
+    use, notes = choose(fmt, f"in {shown}", shown, len(images), len(tars))
+    if use == "shards":
+        folder = (root + sep + SAMPLE_SHARDS) if sample_root and tars else root
+        return Layout("shards", folder, tars, [found[t] for t in tars], url, notes=notes)
+    tree_root = (root + sep + SAMPLE_TREE) if sample_root else root
+    layout = _tree(tree_root, images, found, url)
+    layout.notes = notes
+    layout.skipped += [
+        Skipped(f, "not an image file (extension)") for f in others if _under(f, tree_root, sep)
+    ]
+    return layout
+
+
+def _under(full: str, root: str, sep: str) -> bool:
+    return full.startswith(root.rstrip(sep) + sep)
+
+
+def _tree(root: str, images: list[str], found: dict[str, int], url: bool) -> Layout:
+    """Labels from the first folder below ``root``; see the module docstring for loose files."""
+    split = posixpath if url else os.path
+    folder = [_rel(root, f, url).split("/" if url else os.sep)[:-1] for f in images]
+    classed = [parts[0] if parts else None for parts in folder]
+    skipped: list[Skipped] = []
+    if all(c is None for c in classed):  # a flat folder of images: one class
+        name = split.basename(root.rstrip("/")) or "images"
+        classed = [name] * len(images)
+    keep = [i for i, c in enumerate(classed) if c is not None]
+    skipped += [
+        Skipped(images[i], "not in a class folder") for i, c in enumerate(classed) if c is None
+    ]
+    classes = sorted({classed[i] for i in keep})
+    index = {c: k for k, c in enumerate(classes)}
+    files = [images[i] for i in keep]
+    return Layout(
+        "tree",
+        root,
+        files,
+        [found[f] for f in files],
+        remote=url,
+        labels=np.asarray([index[classed[i]] for i in keep], dtype=np.int64),
+        classes=classes,
+        skipped=skipped,
+    )
+
+
+def choose(fmt: str, where: str, name: str, images: int, tars: int) -> tuple[str, list[str]]:
+    """``tree`` or ``shards`` for a place holding ``images`` images and ``tars`` shards (not
+    both none), as ``fmt`` asks (``auto``: the images when there are any), and the notes to
+    show; one clear error when the asked layout is not there."""
+    notes: list[str] = []
+    use = fmt
+    if use == "auto":
+        use = "tree" if images else "shards"
+        if images and tars:
+            notes.append(
+                f"{name} holds both {images} images and {tars} tar shards: "
+                "took the images (format 'shards' takes the shards)"
+            )
+    if use == "tree" and not images:
+        raise LoaderError(f"format 'tree': no images {where} (found {tars} .tar shards)")
+    if use == "shards" and not tars:
+        raise LoaderError(f"format 'shards': no .tar shards {where} (found {images} images)")
+    return use, notes

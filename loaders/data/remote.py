@@ -1,0 +1,291 @@
+"""Object stores (``s3://``) and web servers (``http(s)://``) through fsspec, with timeouts.
+
+Reads are what a training loader over the network does: an image object is one whole-object GET
+(``cat_file``); a shard is streamed front to back in 1 MiB reads (HTTP: one streamed GET; S3:
+8 MiB ranged GETs, fsspec's read-ahead). Every request has a connect and a read timeout, and a
+store's own retries are few, so a server that dies or stalls surfaces as an error within seconds
+instead of a hang.
+
+S3 credentials and endpoint come from the usual places (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL`` for S3-compatible stores, ``~/.aws``). A web
+server must list directories (an index page with links, as nginx ``autoindex``, ``rclone serve
+http`` or ``python -m http.server`` give) unless the shards are named by a brace list.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+
+from loaders.data.readers import READ_CHUNK, StreamBase
+from loaders.errors import LoaderError
+
+PROTOCOLS = ("s3", "http", "https")
+S3_BLOCK = 8 << 20  # S3 ranged GETs of 8 MiB (fsspec read-ahead), served to the parser in 1 MiB
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds to wait for a connection, and for the next bytes of a response."""
+
+    connect_s: float = 10.0
+    read_s: float = 30.0
+    retries: int = 2  # attempts an S3 request gets in all (s3fs's own default: 5, with backoff)
+
+
+TIMEOUTS = Timeouts()
+_FS: dict[tuple[int, str, Timeouts], object] = {}
+
+
+def is_url(path: str) -> bool:
+    return bool(_URL.match(str(path)))
+
+
+def protocol(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def check_protocol(url: str) -> str:
+    proto = protocol(url)
+    if proto not in PROTOCOLS:
+        raise LoaderError(
+            f"unsupported URL scheme {proto}:// (s3://, http:// and https:// are read; mount "
+            "other stores and read the mount)"
+        )
+    return proto
+
+
+def filesystem(url: str, timeouts: Timeouts | None = None):
+    """This process's fsspec filesystem for ``url``'s protocol (a new one after a fork: the
+    async clients behind s3fs and HTTP are not fork-safe)."""
+    proto = check_protocol(url)
+    t = timeouts or TIMEOUTS
+    key = (os.getpid(), proto, t)
+    fs = _FS.get(key)
+    if fs is None:
+        try:
+            fs = _new_filesystem(proto, t)
+        except ImportError as e:
+            raise LoaderError(
+                f"{proto}:// needs {e.name or 'fsspec'}: pip install 'fsspec[http]' s3fs"
+            ) from None
+        _FS[key] = fs
+    return fs
+
+
+def _new_filesystem(proto: str, t: Timeouts):
+    import fsspec
+
+    if proto == "s3":
+        fs = fsspec.filesystem(
+            "s3",
+            skip_instance_cache=True,
+            config_kwargs={
+                "connect_timeout": t.connect_s,
+                "read_timeout": t.read_s,
+                "retries": {"max_attempts": t.retries, "mode": "standard"},
+            },
+        )
+        fs.retries = t.retries  # s3fs's own loop around botocore's
+        return fs
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.read_s)
+    return fsspec.filesystem(proto, skip_instance_cache=True, client_kwargs={"timeout": timeout})
+
+
+# --- credentials never leave the process --------------------------------------------------------
+
+_SECRET_QUERY = re.compile(r"sig|signature|token|secret|key|credential|password|auth", re.I)
+
+
+def redact_url(url: str) -> str:
+    """``url`` as it may be shown or recorded: no password, no signature or token in the query."""
+    if not is_url(url):
+        return url
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, host = netloc.rsplit("@", 1)
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        query = urlencode(
+            [(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*"
+        )
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def endpoint(url: str) -> str:
+    """Where a URL's bytes come from, without credentials: the host (S3: the endpoint's)."""
+    if protocol(url) == "s3":
+        given = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        return redact_url(given) if given else "AWS S3 (default endpoint)"
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text[:300]
+
+
+def as_oserror(e: Exception) -> OSError:
+    """A store's own error (botocore, aiohttp, a timeout) as the OSError readers handle."""
+    if isinstance(e, OSError):
+        return e
+    if isinstance(e, TimeoutError) or "timeout" in type(e).__name__.lower():
+        return TimeoutError(f"timed out ({type(e).__name__})")
+    return OSError(one_line(e))
+
+
+def read_object(url: str) -> bytes:
+    """One whole-object GET."""
+    try:
+        return filesystem(url).cat_file(url)
+    except Exception as e:  # any transport or server error: an OSError for the caller
+        raise as_oserror(e) from e
+
+
+class StreamReader(StreamBase):
+    """The reader interface (:mod:`loaders.data.readers`) over a remote object: 1 MiB reads,
+    each timed; opening it counts as reading (connection, first byte)."""
+
+    def __init__(self, url: str) -> None:
+        self._init_stream()
+        fs = filesystem(url)
+        t0 = time.perf_counter()
+        try:
+            if protocol(url) == "s3":
+                self._f = fs.open(url, "rb", block_size=S3_BLOCK, cache_type="readahead")
+            else:
+                self._f = fs.open(url, "rb", block_size=0)  # one streamed GET
+        except Exception as e:
+            raise as_oserror(e) from e
+        self.seconds = time.perf_counter() - t0
+
+    def fill(self) -> None:
+        # each chunk is its own bytes object: views into it stay valid, nothing to copy out
+        self.base += self.end
+        if self.eof:
+            self.buf, self.pos, self.end = memoryview(b""), 0, 0
+            return
+        t0 = time.perf_counter()
+        try:
+            chunk = self._f.read(READ_CHUNK)
+        except Exception as e:
+            raise as_oserror(e) from e
+        self.seconds += time.perf_counter() - t0
+        n = len(chunk)
+        self.bytes += n
+        self.buf = memoryview(chunk)
+        self.pos, self.end = 0, n
+        if n == 0:
+            self.eof = True
+
+    def close(self) -> None:
+        # closing a broken connection must not mask the error that broke it
+        with contextlib.suppress(Exception):
+            self._f.close()
+
+
+# --- listing ------------------------------------------------------------------------------------
+
+
+def _norm(url: str) -> str:
+    """``url`` with its path's dot segments resolved (``a/b/../../`` → ``/``), trailing / kept."""
+    parts = urlsplit(url)
+    path = posixpath.normpath(parts.path or "/")
+    if path.startswith("//"):
+        path = "/" + path.lstrip("/")
+    if parts.path.endswith("/") and not path.endswith("/"):
+        path += "/"
+    return parts._replace(path=path).geturl()
+
+
+def _http_walk(fs, url: str, depth: int = 0) -> list[str]:
+    """Files below ``url`` on a listing web server: only links that stay below it."""
+    if depth > 32:
+        return []
+    base = _norm(url if url.endswith("/") else url + "/")
+    out: list[str] = []
+    for link in fs.ls(base, detail=False):
+        full = _norm(urljoin(base, link))
+        parts = urlsplit(full)
+        if parts.query or parts.fragment or not full.startswith(base) or full == base:
+            continue
+        if full.endswith("/"):
+            out += _http_walk(fs, full, depth + 1)
+        else:
+            out.append(full)
+    return sorted(set(out))
+
+
+def sizes(urls: list[str]) -> list[int]:
+    """Each object's size (HTTP: a HEAD each, in parallel); 0 where the server would not say."""
+    if not urls:
+        return []
+    fs = filesystem(urls[0])
+
+    def size(u: str) -> int:
+        try:
+            return int(fs.size(u) or 0)
+        except Exception:  # noqa: BLE001 - a size is a hint; the read says what is wrong
+            return 0
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        return list(pool.map(size, urls))
+
+
+def _listing_error(url: str, e: Exception) -> LoaderError:
+    shown = redact_url(url)
+    if isinstance(e, FileNotFoundError):
+        return LoaderError(f"no such file or directory: {shown}")
+    if isinstance(e, PermissionError):
+        return LoaderError(f"permission denied: {shown} ({one_line(e)})")
+    return LoaderError(f"cannot list {shown}: {one_line(as_oserror(e))}")
+
+
+def list_objects(url: str) -> dict[str, int]:
+    """Every object below ``url`` (or ``url`` itself, one object) with its size (0: unknown),
+    dot-folders and dot-files left out."""
+    fs = filesystem(url)
+    try:
+        if not url.endswith("/") and fs.isfile(url):
+            return {url: int(fs.size(url) or 0)}
+        if protocol(url) == "s3":
+            found = fs.find(url.rstrip("/"), detail=True)
+            listing = {fs.unstrip_protocol(k): int(v.get("size") or 0) for k, v in found.items()}
+        else:
+            listing = dict.fromkeys(_http_walk(fs, url), 0)
+    except Exception as e:  # noqa: BLE001 - every transport error becomes one line
+        raise _listing_error(url, e) from None
+    return {
+        k: v
+        for k, v in listing.items()
+        if not any(p.startswith(".") for p in k[len(url) :].strip("/").split("/") if p)
+    }
+
+
+def glob(pattern: str) -> list[str]:
+    """Objects matching a glob pattern (``s3://b/p/*.tar``; HTTP needs index pages)."""
+    fs = filesystem(pattern)
+    try:
+        found = fs.glob(pattern)
+    except Exception as e:  # noqa: BLE001
+        raise _listing_error(pattern, e) from None
+    if protocol(pattern) == "s3":
+        return sorted(fs.unstrip_protocol(p) for p in found)
+    return sorted(str(p) for p in found)
