@@ -26,7 +26,7 @@ import numpy as np
 from PIL import Image
 
 from feedbench import __version__
-from feedbench.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError
 from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
 
 FORMATS = ("jpeg", "wds", "both")

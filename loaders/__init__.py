@@ -14,7 +14,7 @@ import os
 
 import torch
 
-from loaders.base import LoaderBase, resolve_device
+from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
@@ -40,6 +40,7 @@ __all__ = [
     "discover",
     "open_index",
     "shard_indices",
+    "start_workers",
 ]
 
 
@@ -85,13 +86,15 @@ def high_priority_stream(device: str | torch.device | None = None) -> torch.cuda
     return torch.cuda.Stream(device=dev, priority=highest)
 
 
-def default_workers(local_world_size: int) -> int:
-    """This rank's share of the CPU cores it may run on (at least 1)."""
+def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1) -> int:
+    """THE default number of loader workers (DALI: threads) for a rank: its share of the cores
+    this process may run on, less ``reserve`` cores kept for the rank's own work, and at least
+    ``minimum`` (0: the rank loads in its own process)."""
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
-    return max(1, cores // max(1, local_world_size))
+    return max(minimum, cores // max(1, local_world_size) - reserve)
 
 
 def build_loader(

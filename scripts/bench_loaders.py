@@ -273,7 +273,7 @@ def build_one(args, backend: str, src: Path, shards: Path, opts: dict):
 
 
 def summary(values: list[float]) -> dict:
-    from feedbench.results import spread
+    from feedbench.core.stats import spread
 
     rounded = {"cv": 4}  # rates to 0.1 img/s, the coefficient of variation to 4 places
     return {

@@ -3,7 +3,7 @@
 
 For the one-consumer shard read (issue 3): does asking the kernel to read ahead (`feedbench scan
 --read-ahead MIB`) keep the disk busy while Python walks the tar headers? Every round evicts the
-shards from the page cache (``feedbench.cache.evict``), then reads them all with
+shards from the page cache (``feedbench.scan.cache.evict``), then reads them all with
 ``ShardSource.iter_samples`` (the scan's read path, reads in series with the walk as with
 ``--no-read-thread``), once per window size, interleaved. MB/s per
 round and the mean. Prints the device's own read-ahead (sysfs), which decides what a window adds.
@@ -26,7 +26,7 @@ def main() -> None:
     p.add_argument("--windows", default="0,4,16", help="MiB ahead of the read position (0: none)")
     p.add_argument("--rounds", type=int, default=4)
     args = p.parse_args()
-    from feedbench.cache import device_read_ahead, evict
+    from feedbench.scan.cache import device_read_ahead, evict
     from feedbench.scan.sources import detect
 
     src, _ = detect(args.shards, "shards")

@@ -32,7 +32,7 @@ import time
 from multiprocessing import get_context
 from pathlib import Path
 
-from feedbench.results import spread
+from feedbench.core.stats import spread
 
 KEY, SECRET = "feedbench", "feedbench-secret"
 

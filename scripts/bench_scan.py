@@ -6,7 +6,8 @@ READ, cold page cache, both layouts (small-file JPEG tree and tar shards):
 * fio, psync engine, buffered, sequential within each file, every file read once, no readahead
   hint (``--fadvise_hint=0``: fio's default ``FADV_SEQUENTIAL`` doubles the kernel's readahead
   and feedbench gives no hint), page cache invalidated (``--invalidate=1``; every file is also
-  evicted with ``feedbench.cache.evict`` before each run, so fio and feedbench start equally cold);
+  evicted with ``feedbench.scan.cache.evict`` before each run: fio and feedbench start equally
+  cold);
 * ``feedbench scan DIR --stages read --consumers 1 --workers 0 --passes cold`` (and ``--workers 1``
   for reference): ``measurements[0].mb_per_s`` (bytes over the consumer's wall time);
 * three more references reading the same files in feedbench's order: a plain-Python loop doing
@@ -14,7 +15,7 @@ READ, cold page cache, both layouts (small-file JPEG tree and tar shards):
   the same bytes read into one reused buffer (``readv``), which is what the fix for the page
   faults of fresh 1 MiB buffers would give; GNU ``cat`` (C, 128 KiB reads) via ``xargs``;
 * the same with N jobs / consumers = cores: fio job k reads exactly the files feedbench's rank k
-  reads (``feedbench.consumer.consumer_units``), through a directory of hard links per job.
+  reads (``feedbench.scan.consumer.consumer_units``), through a directory of hard links per job.
 
 Runs are interleaved (fio, feedbench, references; repeat), so a drift of the storage hits every
 tool alike. Before each run the script waits (``--quiet-wait``) for other processes to leave the
@@ -76,7 +77,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedbench.results import spread
+from feedbench.core.stats import spread
 
 READ_CHUNK = 1 << 20  # loaders.data.readers.READ_CHUNK: feedbench reads with 1 MiB read() calls
 FEEDBENCH_BATCH = 64  # feedbench scan's batch without a profile; its steady rate skips one batch
@@ -241,7 +242,7 @@ def rank_files(source, rank: int, world: int) -> list[str]:
 
     ``feedbench scan --passes cold`` with one repeat is epoch 0 with seed 0.
     """
-    from feedbench.consumer import consumer_units
+    from feedbench.scan.consumer import consumer_units
 
     files = source.files()
     return [str(files[i]) for i in consumer_units(source, rank, world, seed=0, epoch=0)]
@@ -249,7 +250,7 @@ def rank_files(source, rank: int, world: int) -> list[str]:
 
 def evict(files: list[str], drop_caches: bool) -> float:
     """Drop ``files`` from the page cache; return the fraction still resident."""
-    from feedbench import cache
+    from feedbench.scan import cache
 
     cache.evict(files)
     if drop_caches:
@@ -258,7 +259,7 @@ def evict(files: list[str], drop_caches: bool) -> float:
 
 
 def warm(files: list[str]) -> float:
-    from feedbench import cache
+    from feedbench.scan import cache
 
     for p in files:
         with open(p, "rb") as f:
@@ -699,7 +700,7 @@ def _plain_decoder(
 
     Pillow is imported and the file list unpickled before the start barrier, as feedbench's
     consumers open their source before theirs; the rate is feedbench's steady rate: images after
-    the first ``batch`` over the time after them (``feedbench.consumer.run_consumer`` with
+    the first ``batch`` over the time after them (``feedbench.scan.consumer.run_consumer`` with
     ``warmup_batches=1``).
     """
     from PIL import Image

@@ -46,7 +46,9 @@ def idle_gaps(rows: list, long_us: float, top: int) -> None:
 
 
 def summarize(path: str, top: int, gaps: int = 0, gap_us: float = 30.0) -> None:
-    from feedbench.verify_worker import union_length as union  # time covered by the intervals
+    from feedbench.verify.worker.timing import (
+        union_length as union,  # time covered by the intervals
+    )
 
     opener = gzip.open if path.endswith(".gz") else open
     with opener(path, "rt") as f:

@@ -28,8 +28,8 @@ def split_stem(stem: str) -> tuple[str, str]:
 
 
 def spread(values: list[float], fmt: str) -> str:
-    """Mean ± sample std of the repeats (``feedbench.results.spread``), formatted."""
-    from feedbench.results import spread as summary
+    """Mean ± sample std of the repeats (``feedbench.core.stats.spread``), formatted."""
+    from feedbench.core.stats import spread as summary
 
     s = summary(values)
     if s["n"] == 0:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from feedbench.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError
 from feedbench.sample import MANIFEST, SampleSpec, class_rgb, make_sample, nearest_class
 
 

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from feedbench.cache import device_read_ahead
-from feedbench.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError
+from feedbench.scan.cache import device_read_ahead
 from loaders.data import FileReader, Layout, RawSample, iter_shard, locate, read_file
 from loaders.data import remote as remote_io
 from loaders.data.tar import timed_open

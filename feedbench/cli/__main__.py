@@ -1,0 +1,3 @@
+from feedbench.cli import main
+
+main()

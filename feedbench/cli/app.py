@@ -1,0 +1,66 @@
+"""The ``feedbench`` application: its commands register here; :func:`main` is the entry point."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from feedbench import __version__
+from feedbench.core.errors import FeedbenchError
+
+app = typer.Typer(
+    help="Can this storage and this CPU keep my GPUs fed? Measure data iteration, stage by stage.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        out.print(f"feedbench {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version.")
+    ] = False,
+) -> None:
+    pass
+
+
+def default_data() -> str:
+    """``sample_data/`` in the working directory, else the one beside the installed package."""
+    here = Path("sample_data")
+    if here.is_dir():
+        return str(here)
+    bundled = Path(__file__).resolve().parent.parent.parent / "sample_data"
+    if bundled.is_dir():
+        return str(bundled)
+    raise FeedbenchError("no PATH given and no sample_data/ here: pass a directory to scan")
+
+
+def results_path(given: Path | None, command: str) -> Path:
+    """Where a command writes its results file: ``--json``, else ``results/COMMAND-TIME.json``."""
+    return given or Path("results") / time.strftime(f"{command}-%Y%m%d-%H%M%S.json")
+
+
+def error_line(e: FeedbenchError) -> None:
+    err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except FeedbenchError as e:
+        error_line(e)
+        sys.exit(e.code)

@@ -1,0 +1,50 @@
+"""``feedbench compare``: several scans side by side, for storage procurement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from feedbench.cli import options as o
+from feedbench.cli.app import app, out, results_path
+
+Results = Annotated[
+    list[Path], typer.Argument(help="Two or more scan results files (feedbench scan --json).")
+]
+Labels = Annotated[
+    list[str] | None,
+    typer.Option("--label", "-L", help="A name per file, in order (default: the file names)."),
+]
+PlotAlias = Annotated[Path | None, typer.Option("--plot", hidden=True)]
+
+
+@app.command()
+def compare(
+    results: Results,
+    label: Labels = None,
+    passes: Annotated[str, typer.Option(help="The pass to compare: cold or warm.")] = "cold",
+    json_out: o.Json = None,
+    plots: o.Plots = True,
+    pass_alias: o.PassAlias = None,
+    plot: PlotAlias = None,
+) -> None:
+    """Put several scan results side by side: throughput per consumer count, bottleneck, how many
+    GPUs each feeds, which differences are larger than the measurements' spread."""
+    from feedbench.core.choices import choose
+    from feedbench.report import compare as cmp_mod
+    from feedbench.report.compare_console import render_compare
+    from feedbench.report.compare_plots import compare_plot
+
+    which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
+    cmp = cmp_mod.compare([str(p) for p in results], label, which)
+    render_compare(cmp, out)
+    target = results_path(json_out, "compare")
+    cmp_mod.save(cmp, target)
+    out.print(f"results: {target}")
+    png = plot or (target.parent / f"{target.stem}-scaling.png" if plots else None)
+    if png is not None:
+        written = compare_plot(cmp, png)
+        if written:
+            out.print(f"plots: {written}")

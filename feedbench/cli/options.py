@@ -1,0 +1,60 @@
+"""The options of the commands, each declared once: a flag means the same in every command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+Data = Annotated[
+    str | None,
+    typer.Argument(
+        help="Image tree, .tar shard(s) (a folder, a glob or a brace list), a feedbench sample "
+        "root, or an s3:// or http(s):// URL of one (default: sample_data/).",
+        show_default=False,
+    ),
+]
+Consumers = Annotated[
+    str,
+    typer.Option(
+        "--consumers",
+        "--gpus",
+        "-c",
+        help="How many GPUs (DDP ranks, one process each), e.g. 8 or 1,2,4,8. scan: emulated "
+        "consumers; verify: training ranks (CPU processes without a GPU).",
+    ),
+]
+Workers = Annotated[
+    int | None,
+    typer.Option(help="Loader workers per rank (DALI: threads). Default: the cores shared out."),
+]
+BatchSize = Annotated[int | None, typer.Option("--batch-size", "-b", help="Samples per rank.")]
+Warmup = Annotated[
+    int | None,
+    typer.Option(help="Steps (batches) per rank left out of every rate and AU, before the clock."),
+]
+WarmupAlias = Annotated[int | None, typer.Option("--warmup-batches", hidden=True)]
+Passes = Annotated[
+    str, typer.Option(help="cold (the data evicted from the page cache first), warm, or both.")
+]
+PassAlias = Annotated[str | None, typer.Option("--pass", hidden=True)]
+TargetAu = Annotated[
+    float,
+    typer.Option(
+        help="Accelerator utilisation that counts as fed: compute time ÷ step time (a step "
+        "waiting more than 1 − this for data is data-bound)."
+    ),
+]
+Format = Annotated[
+    str, typer.Option("--format", help="auto, tree (an image tree) or shards (tar shards).")
+]
+Seed = Annotated[int, typer.Option(help="Shuffle, augmentation and model seed.")]
+Json = Annotated[
+    Path | None,
+    typer.Option("--json", help="Results file (default: results/COMMAND-TIME.json)."),
+]
+Plots = Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")]
+Profile = Annotated[
+    str | None, typer.Option(help="Emulated accelerator, e.g. resnet50-h200 (see profiles).")
+]

@@ -1,0 +1,226 @@
+"""``feedbench scan``: how fast N consumers can iterate the data, stage by stage; and its
+torchrun rank, ``feedbench consumer`` (the same options: one consumer per process)."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+
+from feedbench.cli import options as o
+from feedbench.cli.app import app, default_data, err, error_line, out, results_path
+from feedbench.core.errors import EXIT_INTERRUPTED, FeedbenchError
+
+Stages = Annotated[
+    str, typer.Option(help="Cumulative stages: read,decode,augment,collate,transfer.")
+]
+Rate = Annotated[
+    float | None, typer.Option(help="Emulated accelerator appetite, samples/s per consumer.")
+]
+StepTime = Annotated[float | None, typer.Option(help="Emulated step, seconds per batch.")]
+AsyncSteps = Annotated[bool, typer.Option(help="Emulated steps not synchronised across ranks.")]
+FindMax = Annotated[
+    bool, typer.Option(help="Search the most consumers with AU ≥ target (grow, then bisect).")
+]
+MaxConsumers = Annotated[
+    int | None, typer.Option(help="Upper bound for --find-max (default: 2 × cores, ≥ 8).")
+]
+DropCaches = Annotated[
+    bool, typer.Option(help="Also write /proc/sys/vm/drop_caches (root) before cold passes.")
+]
+Direct = Annotated[bool, typer.Option(help="Read with O_DIRECT (bypass the page cache).")]
+ReadLatency = Annotated[
+    float, typer.Option(help="Add this many seconds to every file read (emulate slow storage).")
+]
+ReadAhead = Annotated[
+    float,
+    typer.Option(
+        help="Shards: ask the kernel to read this many MiB ahead of each shard's read position "
+        "(posix_fadvise WILLNEED). 0: the kernel's own read-ahead only."
+    ),
+]
+ReadThread = Annotated[
+    bool,
+    typer.Option(
+        help="Local shards, --stages read: a reading thread per shard keeps one 1 MiB read call "
+        "in flight while the tar is parsed; --no-read-thread reads in series with the parsing, "
+        "as pipelines always do. Off with --read-ahead."
+    ),
+]
+Loader = Annotated[
+    str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
+]
+
+
+@app.command()
+def scan(
+    path: o.Data = None,
+    stages: Stages = "read,decode,augment",
+    consumers: o.Consumers = "1",
+    workers: o.Workers = None,
+    batch_size: o.BatchSize = None,
+    passes: o.Passes = "cold",
+    repeat: Annotated[int, typer.Option(help="Repeats of each measurement (mean ± std).")] = 1,
+    profile: o.Profile = None,
+    rate: Rate = None,
+    step_time: StepTime = None,
+    async_steps: AsyncSteps = False,
+    target_au: o.TargetAu = 0.9,
+    find_max: FindMax = False,
+    max_consumers: MaxConsumers = None,
+    fmt: o.Format = "auto",
+    drop_caches: DropCaches = False,
+    direct: Direct = False,
+    read_latency: ReadLatency = 0.0,
+    read_ahead: ReadAhead = 0.0,
+    read_thread: ReadThread = True,
+    warmup: o.Warmup = None,
+    seed: o.Seed = 0,
+    loader: Loader = None,
+    json_out: o.Json = None,
+    plots: o.Plots = True,
+    warmup_batches: o.WarmupAlias = None,
+) -> None:
+    """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage."""
+    from feedbench.core.envelope import save
+    from feedbench.scan.run import scan as run_scan
+    from feedbench.scan.run import unusable
+
+    config = scan_config(locals())
+    target = results_path(json_out, "scan")
+    progress = _Progress(config.passes)
+    try:
+        result = run_scan(
+            config,
+            on_update=lambda r: save(r, target),
+            on_count=progress.count,
+            on_progress=progress.advance,
+        )
+    finally:
+        progress.stop()
+    write_outputs(result, target, plots)
+    problem = unusable(result)
+    if problem:
+        raise FeedbenchError(problem)
+    if result.partial:
+        err.print("interrupted: partial results written")
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+class _Progress:
+    """Bytes read so far at the count being measured; shown only once measuring starts, so an
+    early error stays one clean line."""
+
+    def __init__(self, passes) -> None:
+        self.passes = passes
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        )
+        self.tasks: list[TaskID] = []
+
+    def count(self, n: int, w: int, total_bytes: int) -> None:
+        if not self.tasks:
+            self.bar.start()
+        else:
+            self.bar.update(self.tasks[-1], visible=False)
+        what = f"{n} consumer{'s' if n != 1 else ''} × {w} workers, {'+'.join(self.passes)}"
+        self.tasks.append(self.bar.add_task(what, total=total_bytes))
+
+    def advance(self, nbytes: int) -> None:
+        if self.tasks:
+            self.bar.update(self.tasks[-1], completed=nbytes)
+
+    def stop(self) -> None:
+        if self.tasks:
+            self.bar.stop()
+
+
+def scan_config(options: dict):
+    """A ScanConfig from the command's options (its ``locals()``)."""
+    from feedbench.core.choices import parse_counts
+    from feedbench.scan.config import ScanConfig, parse_passes
+    from feedbench.scan.stages import parse_stages
+
+    warmup = options.get("warmup")
+    if warmup is None:
+        warmup = options.get("warmup_batches")
+    renamed = {
+        "step_time": "step_s",
+        "read_latency": "read_latency_s",
+        "read_ahead": "read_ahead_mb",
+    }
+    fields = ScanConfig.__dataclass_fields__
+    kw = {renamed.get(k, k): v for k, v in options.items() if renamed.get(k, k) in fields}
+    kw.update(
+        path=kw.get("path") if kw.get("path") is not None else default_data(),
+        stages=parse_stages(kw["stages"]),
+        passes=parse_passes(kw["passes"]),
+        consumers=parse_counts(kw.get("consumers", "1"), "--consumers"),
+        warmup_batches=1 if warmup is None else warmup,
+    )
+    return ScanConfig(**kw)
+
+
+def write_outputs(result, target: Path, plots: bool) -> None:
+    from feedbench.core.envelope import save
+    from feedbench.report.scan_console import render_scan
+    from feedbench.report.scan_plots import write_all
+
+    save(result, target)
+    render_scan(result, out)
+    out.print(f"results: {target}")
+    if plots and result.measurements:
+        written = write_all(result, target.parent, target.stem)
+        if written:
+            out.print("plots: " + ", ".join(str(p) for p in written))
+
+
+@app.command("consumer", hidden=True)
+@functools.wraps(scan)
+def consumer(**options) -> None:
+    """One consumer rank under torchrun (``torchrun ... -m feedbench consumer PATH [scan
+    options]``); rank 0 gathers, renders and writes the results."""
+    from feedbench.core.envelope import save
+    from feedbench.core.supervise import leave_without_finalizing
+    from feedbench.scan.run import unusable
+    from feedbench.scan.torchrun import run_under_torchrun
+
+    code = 0
+    try:
+        for name in ("find_max", "max_consumers"):
+            if options.get(name):
+                raise FeedbenchError(f"--{name.replace('_', '-')}: torchrun sets the world size")
+        config = scan_config(options)
+        target = results_path(options.get("json_out"), "scan")
+        result = run_under_torchrun(config, on_update=lambda r: save(r, target))
+        if result is not None:
+            write_outputs(result, target, options.get("plots", True))
+            problem = unusable(result)  # as for a local scan: written, then one line and exit 2
+            if problem:
+                raise FeedbenchError(problem)
+            if result.partial:
+                err.print("interrupted: partial results written")
+                code = EXIT_INTERRUPTED
+    except FeedbenchError as e:
+        error_line(e)
+        code = e.code
+    except KeyboardInterrupt:  # a rank other than 0, or rank 0 before it had a result
+        code = EXIT_INTERRUPTED
+    leave_without_finalizing(code)  # a torchrun rank, its work written (see the function)

@@ -1,0 +1,176 @@
+"""``feedbench verify``: real DDP training per loader and GPU count; are the GPUs fed?"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from feedbench.cli import options as o
+from feedbench.cli.app import app, default_data, err, out, results_path
+from feedbench.core.errors import EXIT_INTERRUPTED, MeasurementFailed
+
+LoaderNames = Annotated[
+    str | None,
+    typer.Option(
+        "--loader",
+        "-l",
+        help="baseline (stock DataLoader), dali-example (DALI as in its ResNet-50 example, GPU), "
+        "torch, dali, wds, synthetic (default: baseline + every loader installed).",
+    ),
+]
+Model = Annotated[
+    str | None,
+    typer.Option(help="resnet50, resnet18 or smallcnn (default: resnet50; CPU: smallcnn)."),
+]
+Steps = Annotated[int | None, typer.Option(help="Measured steps per run (default 200; CPU: 30).")]
+Scaling = Annotated[
+    str, typer.Option(help="weak: fixed batch per GPU; strong: fixed global batch.")
+]
+ImageSize = Annotated[int | None, typer.Option(help="Training resolution (default 224; CPU: 64).")]
+LoaderOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--loader-option",
+        "-o",
+        help="[LOADER:]KEY=VALUE for the library loaders (torch, dali, wds), e.g. "
+        "dali:hw_decoder_load=0.99; repeatable. Without LOADER: every loader of the run that "
+        "takes KEY.",
+    ),
+]
+StreamPriority = Annotated[
+    str,
+    typer.Option(
+        help="normal, or high: train on the GPU's highest-priority CUDA stream, so a GPU loader's "
+        "kernels yield to training's."
+    ),
+]
+DdpOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--ddp-option",
+        help="KEY=VALUE for DistributedDataParallel, repeatable: broadcast_buffers, "
+        "gradient_as_bucket_view, static_graph (true/false), bucket_cap_mb. Every run, the "
+        "synthetic ceiling too.",
+    ),
+]
+Compile = Annotated[
+    str,
+    typer.Option(
+        "--compile",
+        help="torch.compile the model of every run: off, default, reduce-overhead (CUDA graphs) "
+        "or max-autotune-no-cudagraphs; compiled in the warm-up steps.",
+    ),
+]
+CpuAffinity = Annotated[
+    str,
+    typer.Option(
+        help="inherit, or split: pin each rank (its loader threads and workers too) to its own "
+        "equal share of the cores this command may use."
+    ),
+]
+Device = Annotated[str, typer.Option(help="auto, cuda or cpu.")]
+Synthetic = Annotated[bool, typer.Option(help="Also run synthetic data (on the GPU): the ceiling.")]
+RunTimeout = Annotated[float, typer.Option(help="Stop a run after this many seconds.")]
+KeepGoing = Annotated[
+    bool, typer.Option(help="After a failed run, go on with the others (and fail at the end).")
+]
+SyncEachStep = Annotated[
+    bool,
+    typer.Option(
+        hidden=True,
+        help="Diagnostic: the host waits for the GPU after taking each batch (what a paced "
+        "loader costs, measured on any loader, synthetic included).",
+    ),
+]
+
+
+@app.command()
+def verify(
+    data: o.Data = None,
+    consumers: o.Consumers = "1,2",
+    loader: LoaderNames = None,
+    model: Model = None,
+    steps: Steps = None,
+    warmup: o.Warmup = None,
+    batch_size: o.BatchSize = None,
+    scaling: Scaling = "weak",
+    image_size: ImageSize = None,
+    workers: o.Workers = None,
+    loader_option: LoaderOption = None,
+    stream_priority: StreamPriority = "normal",
+    ddp_option: DdpOption = None,
+    compile_mode: Compile = "off",
+    cpu_affinity: CpuAffinity = "inherit",
+    device: Device = "auto",
+    synthetic: Synthetic = True,
+    target_au: o.TargetAu = 0.9,
+    seed: o.Seed = 0,
+    run_timeout: RunTimeout = 1800.0,
+    keep_going: KeepGoing = False,
+    json_out: o.Json = None,
+    plots: o.Plots = True,
+    sync_each_step: SyncEachStep = False,
+) -> None:
+    """Train with each loader on 1..N GPUs (DDP, torchrun) and show whether the GPUs stay fed.
+
+    Batch sizes are per GPU with --scaling weak, global with strong (default 256; CPU: 16);
+    warm-up steps default to 20 (CPU: 5)."""
+    from feedbench.core.choices import parse_counts, parse_names
+    from feedbench.core.envelope import save
+    from feedbench.report.verify_console import render_verify
+    from feedbench.report.verify_plots import write_plots
+    from feedbench.verify.config import VerifyConfig
+    from feedbench.verify.run import failure
+    from feedbench.verify.run import verify as run_verify
+
+    config = VerifyConfig(
+        data=data if data is not None else default_data(),
+        gpus=parse_counts(consumers, "--consumers"),
+        loaders=parse_names(loader, "--loader") if loader is not None else None,
+        synthetic=synthetic,
+        model=model,
+        steps=steps,
+        warmup=warmup,
+        batch_size=batch_size,
+        scaling=scaling,
+        image_size=image_size,
+        workers=workers,
+        loader_options=tuple(loader_option or ()),
+        stream_priority=stream_priority.strip().lower(),
+        ddp_options=tuple(ddp_option or ()),
+        compile=compile_mode.strip().lower(),
+        cpu_affinity=cpu_affinity.strip().lower(),
+        sync_each_step=sync_each_step,
+        device=device,
+        seed=seed,
+        target_au=target_au,
+        run_timeout_s=run_timeout,
+        keep_going=keep_going,
+    )
+    target = results_path(json_out, "verify")
+    status = err.status("planning…")
+
+    def on_run(name: str, g: int, i: int, total: int) -> None:
+        status.update(f"run {i + 1}/{total}: {name} on {g}…")
+
+    with status:
+        result = run_verify(
+            config,
+            log_dir=str(target.parent / f"{target.stem}-logs"),
+            on_update=lambda r: save(r, target),
+            on_run=on_run,
+        )
+    save(result, target)
+    render_verify(result, out)
+    out.print(f"results: {target}")
+    if plots and result.runs:
+        written = write_plots(result, target.parent, target.stem)
+        if written:
+            out.print("plots: " + ", ".join(str(p) for p in written))
+    if result.stopped_by == "interrupted":
+        err.print("interrupted: partial results written")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    problem = failure(result)
+    if problem:
+        raise MeasurementFailed(f"{problem} (partial results in {target})")

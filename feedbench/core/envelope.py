@@ -1,0 +1,210 @@
+"""THE results convention: dataclasses ↔ JSON with ``schema_version``, written atomically.
+
+Every command writes one results file whose envelope says what it is (``kind``,
+``schema_version``, ``tool_version``), when (``created_utc``), how it was asked for
+(``command``, credentials redacted) and where it ran (``host``); every table, plot, comparison
+and verdict is computed from such a file. Numbers stay numbers (seconds, bytes, samples); units
+are chosen only when rendering.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import os
+import platform
+import socket
+import sys
+import tempfile
+import types
+import typing
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from feedbench import __version__
+from feedbench.core.errors import FeedbenchError
+
+SCHEMA_VERSION = 2
+
+
+@dataclass
+class DatasetInfo:
+    path: str
+    format: str  # "tree" / "shards"
+    files: int
+    bytes: int
+    samples: int | None  # known up front for trees; counted during the scan for shards
+
+
+@dataclass
+class HostInfo:
+    hostname: str
+    platform: str
+    python: str
+    cpu_count: int
+    memory_bytes: int
+    torch: str
+    cuda_devices: list[str]
+
+    @staticmethod
+    def current() -> HostInfo:
+        import psutil
+        import torch
+
+        gpus = []
+        if torch.cuda.is_available():
+            gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        return HostInfo(
+            hostname=socket.gethostname(),
+            platform=platform.platform(),
+            python=sys.version.split()[0],
+            cpu_count=os.cpu_count() or 1,
+            memory_bytes=psutil.virtual_memory().total,
+            torch=torch.__version__,
+            cuda_devices=gpus,
+        )
+
+
+@dataclass(kw_only=True)
+class Envelope:
+    """What every results file says about itself; each kind adds its own fields."""
+
+    kind: str
+    created_utc: str
+    command: list[str]  # as typed, credentials redacted
+    config: dict[str, Any]
+    host: HostInfo | None = None
+    warnings: list[str] = field(default_factory=list)
+    partial: bool = False
+    schema_version: int = SCHEMA_VERSION
+    tool_version: str = __version__
+
+
+def envelope(kind: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's fields for a new results file of ``kind`` made by this process."""
+    return {
+        "kind": kind,
+        "created_utc": now_utc(),
+        "command": redact_command(["feedbench", *sys.argv[1:]]),
+        "config": config,
+        "host": HostInfo.current(),
+    }
+
+
+def redact_command(argv: list[str]) -> list[str]:
+    """A command line as it may be recorded: URLs without passwords or signatures."""
+    from loaders.data import redact_url
+
+    return [redact_url(a) for a in argv]
+
+
+def now_utc() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def _build(tp: Any, value: Any) -> Any:
+    """Rebuild a value of (possibly generic / optional / dataclass) type ``tp`` from JSON."""
+    if value is None:
+        return None
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _build(args[0], value) if len(args) == 1 else value
+    if origin is list:
+        (inner,) = typing.get_args(tp) or (Any,)
+        return [_build(inner, v) for v in value]
+    if origin is dict:
+        key, inner = typing.get_args(tp) or (str, Any)
+        # JSON keys are strings: dict[int, ...] gets its int keys back
+        return {(int(k) if key is int else k): _build(inner, v) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return from_dict(tp, value)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float and isinstance(value, int):
+        return float(value)
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: _build(hints[k], v) for k, v in data.items() if k in names}
+    return cls(**kwargs)
+
+
+def _file_mode() -> int:
+    """The mode a new file gets from this process's umask (a temp file is made 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and a rename; the file gets
+    the mode the umask gives a new file."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+            f.flush()
+            os.fchmod(f.fileno(), _file_mode())
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save(result: Any, path: str | os.PathLike[str]) -> None:
+    """Write any results dataclass as JSON, atomically."""
+    try:
+        write_atomic(path, json.dumps(to_dict(result), indent=2) + "\n")
+    except OSError as e:
+        raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
+
+
+def read(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A results file's JSON, of any kind (``data["kind"]``, default "scan"), or one clear error."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError as e:
+        raise FeedbenchError(f"no such results file: {path}") from e
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
+    if not isinstance(data, dict) or "schema_version" not in data:
+        raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
+    return data
+
+
+def load(
+    path: str | os.PathLike[str],
+    kind: str,
+    cls: type,
+    data: dict[str, Any] | None = None,
+) -> Any:
+    """Read a results file of ``kind`` into ``cls``; ``data``: its JSON when already
+    :func:`read`."""
+    if data is None:
+        data = read(path)
+    if data.get("kind", "scan") != kind:
+        raise FeedbenchError(f"{path} holds {data.get('kind')!r} results, not {kind} results")
+    if data["schema_version"] != SCHEMA_VERSION:
+        raise FeedbenchError(
+            f"{path} has schema_version {data['schema_version']}; "
+            f"this feedbench reads {SCHEMA_VERSION}"
+        )
+    try:
+        return from_dict(cls, data)
+    except (TypeError, KeyError, ValueError) as e:
+        raise FeedbenchError(f"{path} does not match the {kind} results schema: {e}") from e

@@ -1,0 +1,25 @@
+"""The one kind of error a user sees, and the exit codes (README, "Exit codes")."""
+
+EXIT_OK = 0
+EXIT_BAD_INPUT = 2  # a bad argument or unusable data: one `error:` line, nothing measured
+EXIT_FAILED = 3  # a measurement failed (storage stalled or died, a rank died): results written
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: partial results written
+
+
+class FeedbenchError(Exception):
+    """A problem with the user's input or environment, told in one line.
+
+    The CLI prints ``error: <message>`` on stderr and exits with ``code`` (2 by default). Any
+    other exception escaping to the CLI is a bug in feedbench.
+    """
+
+    code = EXIT_BAD_INPUT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(str(message).split()))
+
+
+class MeasurementFailed(FeedbenchError):
+    """The run was valid but a measurement could not be completed (exit 3)."""
+
+    code = EXIT_FAILED

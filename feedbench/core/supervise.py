@@ -1,0 +1,148 @@
+"""Process supervision shared by scan and verify: start, interrupt, SIGTERM, reap, leave.
+
+Every process feedbench starts carries ``JOB_TAG`` in its environment (inherited by loader
+workers and torchrun's ranks), so that a job's processes are found and ended even when orphaned;
+Ctrl-C and SIGTERM both end a measurement with its results kept; a worker process whose work is
+handed over leaves without the interpreter's teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+
+import psutil
+
+JOB_TAG = "FEEDBENCH_JOB"  # in every process of a job: found by it, even orphaned
+STOP_GRACE_S = 5.0  # a job's own time to stop its processes before they are killed
+
+
+class Interrupted(Exception):
+    """Ctrl-C (or SIGTERM) during a measurement; ``args[0]`` is what was measured before it."""
+
+
+def leave_without_finalizing(code: int = 0) -> None:
+    """Exit now with ``code``, skipping the interpreter's teardown.
+
+    There, torch.distributed's C++ state can still own a running thread whose destructor aborts
+    the process ("terminate called without an active exception": SIGABRT with no Python frame,
+    after ``destroy_process_group``; seen in the scan tests under load). The parent would then
+    report a process that did all its work, and wrote it, as dead.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """SIGTERM to this process does what Ctrl-C does (stop the job, keep the results)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def alive(procs) -> list[psutil.Process]:
+    out = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def stop(top: subprocess.Popen, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to a job's top process (it stops its own children); SIGKILL after ``grace_s``."""
+    if top.poll() is None:
+        top.send_signal(signal.SIGTERM)
+        try:
+            top.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            top.kill()
+            top.wait()
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """The live processes carrying ``JOB_TAG=tag`` in their environment (ours: same user)."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(JOB_TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def reap(tag: str, known=(), grace_s: float = 3.0) -> int:
+    """End every process of the job still alive (loader workers orphaned by a dead rank, ...):
+    SIGTERM, then SIGKILL after ``grace_s``; each by its pid, checked to be that process.
+    Returns how many there were."""
+    left = {p.pid: p for p in alive(known)} | {p.pid: p for p in tagged(tag)}
+    if not left:
+        return 0
+    for proc in left.values():
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, still = psutil.wait_procs(list(left.values()), timeout=grace_s)
+    for proc in still:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(still, timeout=2)
+    return len(left)
+
+
+class Terminated(SystemExit):
+    """SIGTERM (torchrun stopping the job): leave through ``finally`` so the part is written."""
+
+
+def _on_sigterm(signum, frame):
+    raise Terminated(128 + signum)
+
+
+def exit_on_sigterm(last_words) -> None:
+    """Leave at once on SIGTERM, even while the main thread is blocked in a collective.
+
+    A Python signal handler runs only when the main thread is back in Python, which a rank stuck in
+    a collective with a dead peer may not be for a long time. So the C-level handler's wake-up
+    byte is watched by a thread, which writes the part file (``last_words``) and exits.
+    """
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # installs the C handler that writes the byte
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+    def watch() -> None:
+        while True:
+            data = os.read(r, 64)
+            if signal.SIGTERM in data:  # other bytes: SIGCHLD from loader workers, and so on
+                with contextlib.suppress(Exception):
+                    last_words()
+                sys.stderr.flush()
+                os._exit(128 + signal.SIGTERM)
+
+    threading.Thread(target=watch, name="sigterm-exit", daemon=True).start()

@@ -1,0 +1,297 @@
+"""``feedbench compare``: several scan results side by side, for storage and host procurement.
+
+Everything comes from the results files (never re-measured): per file its host, data, settings,
+scaling curve (mean ± std over repeats at each consumer count) and verdict. The comparison says
+which setup delivers more at each consumer count that all of them measured, and whether the
+difference is larger than the measurements' own spread; and it warns when the files did not
+measure the same thing (other data, stages, batch, cache state, emulated accelerator), because a
+ranking across different workloads is not a storage comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from feedbench.core import envelope
+from feedbench.core.envelope import Envelope
+from feedbench.core.errors import FeedbenchError
+from feedbench.scan import results as scan_results
+from feedbench.scan.results import CurvePoint, ScanResult
+from feedbench.scan.sweep import curve_points
+
+SAME_DATA_TOLERANCE = 0.01  # datasets whose bytes differ by more than this are "other data"
+
+NOISE_SIGMAS = 2.0  # a difference is real when it exceeds this many combined standard deviations
+
+
+@dataclass
+class Column:
+    """One results file, as the comparison uses it."""
+
+    label: str
+    path: str
+    host: str
+    cpus: int
+    gpus: list[str]
+    dataset: str
+    dataset_format: str
+    dataset_bytes: int
+    dataset_files: int
+    stages: list[str]
+    batch_size: int | None
+    image_size: int | None
+    cache: str  # cold / warm / direct, as configured
+    accelerator: str | None
+    created_utc: str
+    partial: bool
+    points: dict[int, CurvePoint]  # consumers → the curve point of the compared pass
+    verdict: str | None = None
+    bound: str | None = None
+    resource: str | None = None
+    supported_consumers: int | None = None
+    feeds_accelerators: float | None = None
+
+    def best(self) -> CurvePoint | None:
+        return max(self.points.values(), key=lambda p: p.samples_per_s_mean, default=None)
+
+
+@dataclass
+class Ranking:
+    """Every setup that measured ``consumers``, fastest first, each against the fastest."""
+
+    consumers: int
+    labels: list[str]
+    samples_per_s: list[float]
+    vs_leader: list[float]  # each mean / the leader's mean (1.0 for the leader)
+    beyond_spread: list[bool | None]  # gap to the leader > NOISE_SIGMAS σ; None: no spread
+    text: str
+
+
+@dataclass(kw_only=True)
+class Comparison(Envelope):
+    pass_name: str
+    columns: list[Column]
+    counts: list[int]  # consumer counts, union over the files
+    common_counts: list[int]  # measured by every file
+    rankings: list[Ranking] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+
+def _labels(paths: list[str], given: list[str] | None) -> list[str]:
+    if given:
+        if len(given) != len(paths):
+            raise FeedbenchError(
+                f"--label given {len(given)} times for {len(paths)} results files: "
+                "give one per file"
+            )
+        return list(given)
+    stems = [Path(p).stem for p in paths]
+    if len(set(stems)) == len(stems):
+        return stems
+    return [f"{Path(p).parent.name}/{Path(p).stem}" for p in paths]
+
+
+def _cache_mode(config: dict[str, Any], pass_name: str) -> str:
+    if config.get("direct"):
+        return "O_DIRECT"
+    if config.get("read_ahead_mb"):
+        return f"{pass_name}, read-ahead {config['read_ahead_mb']:g} MiB"
+    if config.get("read_thread") is False:  # (files from before the option read in series too)
+        return f"{pass_name}, no read thread"
+    return pass_name
+
+
+def _points(result: ScanResult, pass_name: str) -> dict[int, CurvePoint]:
+    return {p.consumers: p for p in curve_points(result) if p.pass_name == pass_name}
+
+
+def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
+    cfg = result.config
+    acc = result.accelerator or {}
+    v = result.verdict
+    return Column(
+        label=label,
+        path=str(path),
+        host=result.host.hostname,
+        cpus=result.host.cpu_count,
+        gpus=list(result.host.cuda_devices),
+        dataset=result.dataset.path,
+        dataset_format=result.dataset.format,
+        dataset_bytes=result.dataset.bytes,
+        dataset_files=result.dataset.files,
+        stages=list(cfg.get("stages") or []),
+        batch_size=cfg.get("batch_size"),
+        image_size=cfg.get("image_size"),
+        cache=_cache_mode(cfg, pass_name),
+        accelerator=(acc.get("name") or f"{acc.get('samples_per_s', 0):,.0f} samples/s")
+        if acc
+        else None,
+        created_utc=result.created_utc,
+        partial=result.partial,
+        points=_points(result, pass_name),
+        verdict=v.text if v else None,
+        bound=v.bound if v else None,
+        resource=v.resource if v else None,
+        supported_consumers=v.supported_consumers if v else None,
+        feeds_accelerators=v.feeds_accelerators if v else None,
+    )
+
+
+def _differ(columns: list[Column], what: str, get) -> str | None:
+    values = {c.label: get(c) for c in columns}
+    if len({repr(v) for v in values.values()}) <= 1:
+        return None
+    listed = "; ".join(f"{k}: {v}" for k, v in values.items())
+    return f"{what} differ ({listed})"
+
+
+def comparability(columns: list[Column]) -> list[str]:
+    """What makes these files measure different things (each a warning in words)."""
+    out = []
+    sizes = [c.dataset_bytes for c in columns]
+    if max(sizes) > 0 and (max(sizes) - min(sizes)) / max(sizes) > SAME_DATA_TOLERANCE:
+        out.append(
+            "the datasets differ in size ("
+            + "; ".join(
+                f"{c.label}: {c.dataset_files:,} files, {c.dataset_bytes / 1e6:,.0f} MB"
+                for c in columns
+            )  # fmt: skip
+            + "): samples/s compares workloads, not only storage; MB/s is the fairer column"
+        )
+    for what, get in (
+        ("dataset layouts", lambda c: c.dataset_format),
+        ("stages", lambda c: ",".join(c.stages)),
+        ("batch sizes", lambda c: c.batch_size),
+        ("image sizes", lambda c: c.image_size),
+        ("cache states", lambda c: c.cache),
+        ("emulated accelerators", lambda c: c.accelerator),
+    ):
+        w = _differ(columns, what, get)
+        if w:
+            out.append(w)
+    for c in columns:
+        if c.partial:
+            out.append(f"{c.label} holds partial results (the scan was interrupted or failed)")
+        if not c.points:
+            out.append(f"{c.label} has no measurement of this pass")
+        elif all(p.repeats < 2 for p in c.points.values()):
+            out.append(
+                f"{c.label} has one repeat per point: no spread, so no difference against it can "
+                "be called real (scan with --repeat 3)"
+            )
+    return out
+
+
+def _sd(p: CurvePoint) -> float:
+    return p.samples_per_s_std if p.repeats > 1 else math.nan
+
+
+def ranking(columns: list[Column], n: int) -> Ranking | None:
+    """The setups that measured ``n`` consumers, fastest first, and whether each gap to the
+    fastest is larger than the two measurements' combined spread (``NOISE_SIGMAS`` σ)."""
+    have = sorted(
+        (c for c in columns if n in c.points),
+        key=lambda c: c.points[n].samples_per_s_mean,
+        reverse=True,
+    )
+    if len(have) < 2 or have[0].points[n].samples_per_s_mean <= 0:
+        return None
+    lead = have[0].points[n]
+    ratios, beyond, parts = [1.0], [None], [f"{have[0].label} {lead.samples_per_s_mean:,.0f}"]
+    for c in have[1:]:
+        p = c.points[n]
+        ratio = p.samples_per_s_mean / lead.samples_per_s_mean
+        spread = math.hypot(_sd(lead), _sd(p))
+        gap = lead.samples_per_s_mean - p.samples_per_s_mean
+        if math.isnan(spread):
+            real, why = None, "one repeat: not tested"
+        else:
+            real = gap > NOISE_SIGMAS * spread
+            why = "beyond the spread" if real else "within the spread"
+        ratios.append(ratio)
+        beyond.append(real)
+        parts.append(f"{c.label} {p.samples_per_s_mean:,.0f} ({ratio:.2f}×, {why})")
+    text = f"at {n} consumer{'s' if n != 1 else ''}, samples/s: " + " > ".join(parts)
+    return Ranking(
+        consumers=n,
+        labels=[c.label for c in have],
+        samples_per_s=[c.points[n].samples_per_s_mean for c in have],
+        vs_leader=ratios,
+        beyond_spread=beyond,
+        text=text,
+    )
+
+
+def summarize(columns: list[Column], common: list[int]) -> list[str]:
+    lines = []
+    for c in columns:
+        best = c.best()
+        if best is None:
+            continue
+        parts = [
+            f"{c.label}: best {best.samples_per_s_mean:,.0f} samples/s "
+            f"({best.mb_per_s_mean:,.0f} MB/s) at {best.consumers} consumer"
+            f"{'s' if best.consumers != 1 else ''}"
+        ]
+        if c.supported_consumers is not None:
+            parts.append(f"feeds {c.supported_consumers} of {c.accelerator} at the target AU")
+        elif c.feeds_accelerators is not None and c.accelerator:
+            parts.append(f"≈ {c.feeds_accelerators:.1f}× the appetite of one {c.accelerator}")
+        if c.bound:
+            parts.append(f"{c.bound}-bound ({c.resource})")
+        lines.append("; ".join(parts))
+    fed = [c for c in columns if c.supported_consumers is not None]
+    if len(fed) >= 2 and len({c.accelerator for c in fed}) == 1:
+        top = max(fed, key=lambda c: c.supported_consumers or 0)
+        lines.append(
+            f"most accelerators fed: {top.label} ({top.supported_consumers} × {top.accelerator})"
+        )
+    if not common and len(columns) > 1:
+        lines.append("no consumer count was measured by every file: no ranking")
+    return lines
+
+
+def compare(
+    paths: list[str], labels: list[str] | None = None, pass_name: str = "cold"
+) -> Comparison:
+    """Load ``paths`` (scan results) and compare their ``pass_name`` curves."""
+    if len(paths) < 2:
+        raise FeedbenchError("compare takes at least two scan results files")
+    names = _labels(paths, labels)
+    if len(set(names)) != len(names):
+        raise FeedbenchError(f"labels must differ (got {', '.join(names)})")
+    results = [scan_results.load(p) for p in paths]
+    passes = {m.pass_name for r in results for m in r.measurements} | {
+        p.pass_name for r in results for p in r.curve
+    }
+    if pass_name not in passes:
+        raise FeedbenchError(
+            f"no file measured a {pass_name} pass "
+            f"(they hold: {', '.join(sorted(passes)) or 'none'})"
+        )
+    columns = [column(r, p, n, pass_name) for r, p, n in zip(results, paths, names, strict=True)]
+    counts = sorted({n for c in columns for n in c.points})
+    common = [n for n in counts if all(n in c.points for c in columns)]
+    ranks = [r for n in common if (r := ranking(columns, n)) is not None]
+    return Comparison(
+        **envelope.envelope("compare", {"files": list(paths), "labels": names}),
+        pass_name=pass_name,
+        columns=columns,
+        counts=counts,
+        common_counts=common,
+        rankings=ranks,
+        summary=summarize(columns, common),
+        warnings=comparability(columns),
+    )
+
+
+def save(comparison: Comparison, path: str | os.PathLike[str]) -> None:
+    envelope.save(comparison, path)
+
+
+def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> Comparison:
+    return envelope.load(path, "compare", Comparison, data)

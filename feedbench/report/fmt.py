@@ -1,0 +1,40 @@
+"""Numbers into words for people: rates, durations, sizes, shares. Only ever used to render."""
+
+from __future__ import annotations
+
+
+def fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "—"
+    if x >= 10_000:
+        return f"{x / 1000:,.1f}k"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:,.1f}"
+
+
+def fmt_s(x: float | None) -> str:
+    if x is None:
+        return "—"
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} µs"
+    if x < 1:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.0%}"
+
+
+def fmt_ms(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x * 1e3:.2f}" if abs(x) < 0.01 else f"{x * 1e3:.1f}"

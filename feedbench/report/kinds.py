@@ -1,0 +1,52 @@
+"""Every kind of results file, and what reporting does with each: load, show, draw."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from feedbench.core import envelope
+from feedbench.core.errors import FeedbenchError
+from feedbench.report import (
+    compare,
+    compare_console,
+    compare_plots,
+    scan_console,
+    scan_plots,
+    verify_console,
+    verify_plots,
+)
+from feedbench.scan import results as scan_results
+from feedbench.verify import results as verify_results
+
+KINDS = {
+    "scan": (scan_results.ScanResult, scan_console.render_scan),
+    "verify": (verify_results.VerifyResult, verify_console.render_verify),
+    "compare": (compare.Comparison, compare_console.render_compare),
+}
+
+
+def load_any(path: str | os.PathLike[str]) -> tuple[str, Any]:
+    """(kind, result) of any results file, or one clear error."""
+    data = envelope.read(path)
+    kind = data.get("kind", "scan")
+    if kind not in KINDS:
+        raise FeedbenchError(f"{path} holds {kind!r} results: report reads {', '.join(KINDS)}")
+    return kind, envelope.load(path, kind, KINDS[kind][0], data)
+
+
+def render(kind: str, result: Any, console: Console) -> None:
+    KINDS[kind][1](result, console)
+
+
+def plots(kind: str, result: Any, directory: str) -> list[Path]:
+    """The command's own figures, written to ``directory``."""
+    if kind == "scan":
+        return scan_plots.write_all(result, directory, "scan") if result.measurements else []
+    if kind == "verify":
+        return verify_plots.write_plots(result, directory, "verify") if result.runs else []
+    p = compare_plots.compare_plot(result, Path(directory) / "compare-scaling.png")
+    return [p] if p is not None else []

@@ -1,0 +1,76 @@
+"""What every figure shares: the Agg canvas, colours, the consumer axis, atomic PNG writing.
+
+Figures are drawn on the Agg canvas directly (no pyplot, no display, no global backend switch)
+and written atomically. Each figure function returns the path written, or ``None`` when the
+results hold nothing for that figure (then nothing is written).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from feedbench.core.envelope import write_atomic
+
+_DPI = 110
+
+_PASS_COLORS = {"cold": "tab:blue", "warm": "tab:orange"}
+
+_OTHER_COLORS = ["tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink", "tab:gray"]
+
+_STAGE_COLORS = {
+    "read": "tab:blue",
+    "decode": "tab:orange",
+    "augment": "tab:green",
+    "collate": "tab:red",
+    "transfer": "tab:purple",
+    "transfer-pinned": "tab:purple",
+    "transfer-pageable": "tab:brown",
+}
+
+_PASS_STYLES = ["-", "--", ":", "-."]
+
+
+def _pass_color(name: str, order: list[str]) -> str:
+    if name in _PASS_COLORS:
+        return _PASS_COLORS[name]
+    others = [p for p in order if p not in _PASS_COLORS]
+    return _OTHER_COLORS[others.index(name) % len(_OTHER_COLORS)] if name in others else "black"
+
+
+def _pass_order(names: list[str]) -> list[str]:
+    """cold, warm, then any other pass names in the order first seen."""
+    seen = list(dict.fromkeys(names))
+    return [p for p in _PASS_COLORS if p in seen] + [p for p in seen if p not in _PASS_COLORS]
+
+
+def _log_consumers(counts: list[int]) -> bool:
+    """Whether the consumer counts span enough (×16) for a log₂ axis."""
+    return bool(counts) and min(counts) > 0 and max(counts) / min(counts) >= 16
+
+
+def _consumer_axis(ax, counts: list[int]) -> None:
+    counts = sorted(set(counts))
+    if _log_consumers(counts):
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(counts)
+    ax.set_xticklabels([str(c) for c in counts])
+    ax.minorticks_off()
+    ax.set_xlabel("consumers (emulated GPUs)")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def save_png(fig: Figure, path: str | os.PathLike[str]) -> Path:
+    """Write the figure as a PNG, atomically; return the path."""
+    FigureCanvasAgg(fig)
+    data = io.BytesIO()
+    fig.savefig(data, format="png", dpi=_DPI)
+    write_atomic(path, data.getvalue())
+    return Path(path)

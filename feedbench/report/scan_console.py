@@ -1,0 +1,181 @@
+"""A scan's results as rich tables and sentences."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.scan.results import Measurement, ScanResult
+
+
+def render_scan(result: ScanResult, console: Console) -> None:
+    ds = result.dataset
+    samples = f"{ds.samples:,} samples" if ds.samples is not None else "samples counted per pass"
+    console.print(
+        f"[bold]{ds.path}[/]  {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}, {samples}"
+    )
+    cfg = result.config
+    console.print(
+        f"stages {','.join(cfg['stages'])}; batch {cfg['batch_size']}; "
+        f"host {result.host.hostname}: {result.host.cpu_count} cores"
+        + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
+    )
+    acc = result.accelerator
+    if acc:
+        mode = "async" if cfg.get("async_steps") else "synchronous (DDP-like)"
+        console.print(
+            f"emulated accelerator: {acc.get('name')} — {fmt_rate(acc['samples_per_s'])} samples/s,"
+            f" {fmt_s(acc['step_s'])} per batch of {acc.get('batch_size', cfg['batch_size'])}, "
+            f"steps {mode}"
+        )
+    _curve_table(result, console)
+    for m in _references(result):
+        _stage_table(m, console)
+        if m.consumers > 1:
+            _consumer_table(m, console)
+    fm = cfg.get("find_max_result")
+    if fm:
+        tried = ", ".join(f"{k}{'✓' if v else '✗'}" for k, v in fm["tried"].items())
+        console.print(f"find-max (AU ≥ {cfg['target_au']:.0%}): tried {tried}")
+    v = result.verdict
+    if v is not None:
+        console.print(f"[bold]verdict:[/] {v.text}")
+        if v.supported_consumers is not None and acc:
+            console.print(
+                f"[bold]feeds {v.supported_consumers} accelerator"
+                f"{'s' if v.supported_consumers != 1 else ''} of this profile[/] at AU ≥ "
+                f"{cfg['target_au']:.0%}"
+                + (" (the search limit)" if fm and v.supported_consumers == fm["limit"] else "")
+            )
+    for e in result.errors[:5]:
+        console.print(f"  [yellow]skipped[/] {e.key} ({e.stage}): {e.message}")
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    if result.partial:
+        console.print("[red]partial results: the scan was interrupted or failed[/]")
+
+
+def _curve_table(result: ScanResult, console: Console) -> None:
+    if not result.curve:
+        return
+    basis = "after warm-up" if result.curve[0].rate_basis == "steady" else "whole pass"
+    table = Table(title=f"scaling (samples/s {basis})", title_justify="left")
+    for col, just in (
+        ("N", "right"),
+        ("pass", "left"),
+        ("workers", "right"),
+        ("samples/s", "right"),
+        ("± std", "right"),
+        ("CV", "right"),
+        ("MB/s", "right"),
+        ("effic.", "right"),
+        ("AU mean", "right"),
+        ("AU min", "right"),
+        ("runs", "right"),
+    ):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    workers = {(m.consumers, m.pass_name): m.workers for m in result.measurements}
+    for c in result.curve:
+        table.add_row(
+            str(c.consumers),
+            c.pass_name,
+            str(workers.get((c.consumers, c.pass_name), "")),
+            fmt_rate(c.samples_per_s_mean),
+            fmt_rate(c.samples_per_s_std),
+            f"{c.cv:.1%}",
+            f"{c.mb_per_s_mean:,.1f}",
+            fmt_pct(c.efficiency),
+            fmt_pct(c.au_mean),
+            fmt_pct(c.au_min),
+            str(c.repeats),
+        )
+    console.print(table)
+
+
+def _references(result: ScanResult) -> list[Measurement]:
+    """The measurement at the largest consumer count of each pass (last repeat)."""
+    out: dict[str, Measurement] = {}
+    for m in result.measurements:
+        cur = out.get(m.pass_name)
+        if cur is None or (m.consumers, m.repeat) >= (cur.consumers, cur.repeat):
+            out[m.pass_name] = m
+    return list(out.values())
+
+
+def _stage_table(m: Measurement, console: Console) -> None:
+    resident = "?" if m.cache.resident_before is None else f"{m.cache.resident_before:.0%}"
+    title = (
+        f"stages — {m.consumers} consumer{'s' if m.consumers != 1 else ''} × {m.workers} workers, "
+        f"{m.pass_name} (cache resident before: {resident})"
+        + (" [red](partial)[/]" if m.partial else "")
+    )
+    table = Table(title=title, title_justify="left")
+    table.add_column("stage")
+    table.add_column("share", justify="right")
+    table.add_column("samples/s per worker", justify="right")
+    table.add_column("MB/s in per worker", justify="right")
+    table.add_column("busy (all workers)", justify="right")
+    table.add_column("p50 / p99 latency", justify="right")
+    for s in m.stages:
+        if not s.available:
+            table.add_row(s.name, "", "[dim]unavailable[/]", "", "", s.note or "")
+            continue
+        lat = f"{fmt_s(s.latency.p50_s)} / {fmt_s(s.latency.p99_s)}" if s.latency else ""
+        table.add_row(
+            s.name,
+            f"{s.share:.0%}" if s.name != "transfer-pageable" else "apart",
+            fmt_rate(s.samples_per_s),
+            f"{s.mb_per_s:,.1f}" if s.in_bytes else "",
+            fmt_s(s.busy_s),
+            lat,
+        )
+    table.add_section()
+    end_to_end = any(s.name.startswith("loader:") for s in m.stages)
+    table.add_row(
+        "[bold]pipeline[/]",
+        "",
+        f"[bold]{fmt_rate(m.samples_per_s)}[/] total",
+        "not counted" if end_to_end else f"{m.mb_per_s:,.1f} total",
+        fmt_s(m.wall_s),
+        "",
+    )
+    console.print(table)
+    console.print(
+        f"  {m.samples:,} samples in {m.batches} batches, "
+        + (
+            "bytes and files not counted inside the loader; first batch "
+            if end_to_end
+            else f"{m.files:,} files ({fmt_rate(m.files_per_s)} files/s), "
+            f"{fmt_bytes(m.read_bytes)} read; first batch "
+        )
+        + f"{fmt_s(m.first_batch_s)} (slowest consumer), then {fmt_rate(m.steady_samples_per_s)} "
+        f"samples/s steady; errors skipped: {m.errors}"
+    )
+
+
+def _consumer_table(m: Measurement, console: Console) -> None:
+    table = Table(title="per consumer", title_justify="left")
+    for col in (
+        "rank",
+        "samples/s",
+        "batches",
+        "first batch",
+        "data wait p50 / p99",
+        "sync wait (barrier idle)",
+        "AU",
+    ):
+        table.add_column(col, justify="right")
+    for c in m.per_consumer:
+        wait = f"{fmt_s(c.data_wait.p50_s)} / {fmt_s(c.data_wait.p99_s)}" if c.data_wait else "—"
+        table.add_row(
+            str(c.rank),
+            fmt_rate(c.samples_per_s),
+            str(c.batches),
+            fmt_s(c.first_batch_s),
+            wait,
+            fmt_s(c.sync_wait_s)
+            + (f" ({fmt_s(c.barrier_idle_s)}/step)" if c.barrier_idle_s is not None else ""),
+            fmt_pct(c.au),
+        )
+    console.print(table)

@@ -1,0 +1,125 @@
+"""A verify's results as rich tables and sentences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate
+from feedbench.verify.analysis import loaders_in
+from feedbench.verify.results import VerifyResult, VerifyRun, fmt_wait, unit_plural
+
+
+def _column(table, name: str) -> None:
+    if name == "loader":
+        table.add_column(name, justify="left", no_wrap=True, min_width=9)
+    else:
+        table.add_column(name, justify="right")
+
+
+def render_verify(result: VerifyResult, console) -> None:
+    from rich import box
+    from rich.markup import escape
+    from rich.table import Table
+
+    table_style: dict[str, Any] = dict(
+        box=box.SIMPLE, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True
+    )
+
+    cfg = result.config
+    unit = cfg.get("unit", "GPU")
+    ds = result.dataset
+    if ds is not None:
+        console.print(
+            f"[bold]{ds.path}[/]  {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}"
+            + (f", {ds.samples:,} samples" if ds.samples is not None else "")
+        )
+    console.print(
+        f"model {cfg.get('model')} at {cfg.get('image_size')} px on {cfg.get('device')} "
+        f"({cfg.get('backend')}, {cfg.get('precision')}); {cfg.get('scaling')} scaling: "
+        + (
+            f"batch {cfg.get('batch_size')} per {unit} at every count"
+            if cfg.get("scaling") == "weak"
+            else f"global batch {cfg.get('batch_size')} split over the {unit_plural(unit)}"
+        )
+        + f"; {cfg.get('steps')} measured steps after {cfg.get('warmup')} warm-up; "
+        f"host {result.host.hostname}: {result.host.cpu_count} cores"
+        + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
+    )
+    tuned = [
+        f"{name}: " + ", ".join(f"{k}={v}" for k, v in opts.items())
+        for name, opts in (cfg.get("options_per_loader") or {}).items()
+    ]
+    if cfg.get("stream_priority", "normal") != "normal":
+        tuned.append(f"training on the {cfg['stream_priority']}-priority CUDA stream")
+    if cfg.get("compile", "off") != "off":
+        tuned.append(f"model compiled (torch.compile, {cfg['compile']})")
+    if cfg.get("ddp_options"):
+        tuned.append("DDP " + ", ".join(f"{k}={v}" for k, v in cfg["ddp_options"].items()))
+    if cfg.get("sync_each_step"):
+        tuned.append("the host waits for the GPU after taking each batch (diagnostic)")
+    if cfg.get("cpu_affinity", "inherit") == "split":
+        tuned.append("each rank pinned to its own share of the cores")
+    if cfg.get("workers") is not None:
+        tuned.append(f"{cfg['workers']} loader workers / DALI threads per rank")
+    if tuned:
+        console.print("settings: " + "; ".join(escape(t) for t in tuned))
+    order = loaders_in(result)
+    runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
+
+    def name(r: VerifyRun) -> str:
+        return r.loader + ("" if r.status == "ok" else f" [red]({r.status})[/]")
+
+    table = Table(title="DDP training throughput", title_justify="left", **table_style)
+    for col in ("loader", "N", "batch", "img/s", "speedup", "effic", "ceil", "wait", "GPU%",
+                "GPU mem", "CPU"):  # fmt: skip
+        _column(table, col)
+    for r in runs:
+        mem = r.gpu_mem_used_bytes_max or r.gpu_peak_alloc_bytes
+        table.add_row(
+            name(r),
+            str(r.gpus),
+            f"{r.per_gpu_batch}×{r.gpus}",
+            fmt_rate(r.images_per_s) if r.images_per_s else "—",
+            f"{r.speedup:.2f}×" if r.speedup is not None else "—",
+            f"{r.efficiency:.0%}" if r.efficiency is not None else "—",
+            f"{r.ceiling_fraction:.2f}" if r.ceiling_fraction is not None else "—",
+            fmt_wait(r.data_wait_fraction) if r.data_wait_fraction is not None else "—",
+            f"{r.gpu_util_percent_mean:.0f}%" if r.gpu_util_percent_mean is not None else "—",
+            fmt_bytes(mem) if mem else "—",
+            f"{r.busy_cores_mean:.1f}" if r.busy_cores_mean is not None else "—",
+        )
+    console.print(table)
+    steps = Table(
+        title="step time, ms (mean per step over ranks)",
+        title_justify="left",
+        **table_style,
+    )
+    for col in ("loader", "N", "step", "data", "fwd+bwd", "reduce", "busy", "optim", "other",
+                "p95"):  # fmt: skip
+        _column(steps, col)
+    for r in runs:
+        b = r.breakdown
+        if b is None:
+            steps.add_row(name(r), str(r.gpus), *(["—"] * 8))
+            continue
+        ms = [b.step_s, b.data_wait_s, b.forward_backward_s, b.allreduce_s, b.allreduce_busy_s,
+              b.optimizer_s, b.other_s, b.step.p95_s if b.step else None]  # fmt: skip
+        steps.add_row(name(r), str(r.gpus), *(fmt_ms(x) for x in ms))
+    console.print(steps)
+    console.print(
+        f"  N: {unit_plural(unit)}; wait: share of the step waiting for data; effic: img/s(N) ÷ "
+        f"(N × img/s at the fewest {unit_plural(unit)}); ceil: img/s ÷ synthetic img/s at the "
+        "same N. Step = data + fwd+bwd + reduce (all-reduce not hidden by backward) + optim + "
+        "other; busy: all the all-reduce time, mostly overlapped with backward (not in the sum)."
+    )
+    for v in result.verdicts:
+        console.print(f"[bold]{v.loader}:[/] {v.text.split(': ', 1)[-1]}")
+    if result.summary:
+        console.print(f"[bold]summary:[/] {result.summary}")
+    for r in result.runs:
+        if r.error:
+            console.print(f"[red]{r.status}:[/] {escape(r.error)}", highlight=False)
+    for w in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+    if result.partial:
+        console.print("[red]partial results: the verify run was interrupted or failed[/]")

@@ -1,0 +1,123 @@
+"""What a scan is asked to do: :class:`ScanConfig`, checked, and the :class:`Plan` it resolves
+to (batch size, emulated step, the accelerator it stands for)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from feedbench.core.errors import FeedbenchError
+from feedbench.scan.profiles import get_profile
+
+PASSES = ("cold", "warm")
+
+
+@dataclass
+class ScanConfig:
+    path: str
+    stages: tuple[str, ...] = ("read", "decode", "augment")
+    batch_size: int | None = None  # None: the profile's batch, else 64
+    passes: tuple[str, ...] = ("cold",)
+    consumers: tuple[int, ...] = (1,)
+    workers: int | None = None  # per consumer; None: cores divided fairly
+    repeat: int = 1
+    fmt: str = "auto"
+    image_size: int = 224
+    drop_caches: bool = False
+    direct: bool = False
+    step_s: float | None = None
+    rate: float | None = None  # samples/s per accelerator
+    profile: str | None = None
+    async_steps: bool = False
+    warmup_batches: int = 1
+    read_latency_s: float = 0.0
+    read_ahead_mb: float = 0.0  # shards: MiB the kernel is asked to read ahead (0: its own)
+    read_thread: bool = True  # a reading thread per local shard, `--stages read` only (open_source)
+    target_au: float = 0.9
+    find_max: bool = False
+    max_consumers: int | None = None
+    seed: int = 0
+    monitor_interval_s: float = 0.25
+    loader: str | None = None  # measure a loaders backend end to end: torch, dali or wds
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> ScanConfig:
+        names = ScanConfig.__dataclass_fields__
+        return ScanConfig(
+            **{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k in names}
+        )
+
+
+@dataclass
+class Plan:
+    """What a config resolves to: batch size, emulated step, the accelerator it stands for."""
+
+    batch_size: int
+    step_s: float = 0.0
+    accelerator: dict[str, Any] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def parse_passes(text: str) -> tuple[str, ...]:
+    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
+    bad = [p for p in names if p not in PASSES]
+    if not names or bad:
+        raise FeedbenchError(f"--passes takes cold, warm or cold,warm (got {text!r})")
+    return names
+
+
+def plan(config: ScanConfig) -> Plan:
+    given = [x for x in (config.step_s, config.rate, config.profile) if x is not None]
+    if len(given) > 1:
+        raise FeedbenchError("give one of --step-time, --rate and --profile, not several")
+    if config.batch_size is not None and config.batch_size < 1:
+        raise FeedbenchError("--batch-size must be at least 1")
+    if config.profile is not None:
+        prof = get_profile(config.profile)
+        bs = config.batch_size or prof.batch_size
+        acc = prof.as_dict() | {"step_s": prof.step_s(bs), "kind": "profile"}
+        return Plan(bs, prof.step_s(bs), acc)
+    bs = config.batch_size or 64
+    if config.rate is not None:
+        if config.rate <= 0:
+            raise FeedbenchError("--rate must be positive (samples per second per accelerator)")
+        acc = {
+            "kind": "rate",
+            "samples_per_s": config.rate,
+            "step_s": bs / config.rate,
+            "batch_size": bs,
+            "name": f"{config.rate:g} samples/s",
+        }
+        return Plan(bs, bs / config.rate, acc)
+    if config.step_s is not None:
+        if config.step_s <= 0:
+            raise FeedbenchError("--step-time must be positive (seconds per batch)")
+        acc = {
+            "kind": "step",
+            "samples_per_s": bs / config.step_s,
+            "step_s": config.step_s,
+            "batch_size": bs,
+            "name": f"{config.step_s:g} s/step",
+        }
+        return Plan(bs, config.step_s, acc)
+    return Plan(bs)
+
+
+def _check_loader(backend: str) -> None:
+    if backend not in ("torch", "dali", "wds"):
+        raise FeedbenchError(f"unknown loader {backend!r}: choose torch, dali or wds")
+    if backend == "dali":
+        try:
+            import nvidia.dali  # noqa: F401
+        except ImportError:
+            raise FeedbenchError(
+                "--loader dali needs NVIDIA DALI: pip install 'feedbench[dali]'"
+            ) from None
+    if backend == "wds":
+        try:
+            import webdataset  # noqa: F401
+        except ImportError:
+            raise FeedbenchError("--loader wds needs webdataset: pip install webdataset") from None

@@ -1,0 +1,139 @@
+"""The scan results file: one :class:`ScanResult` (an envelope, :mod:`feedbench.core.envelope`)
+holding every measurement, the scaling curve and the verdict."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from feedbench.core import envelope
+from feedbench.core.envelope import DatasetInfo, Envelope
+from feedbench.core.stats import Percentiles
+from feedbench.core.timeline import Timeline
+
+KIND = "scan"
+
+
+@dataclass
+class StageStats:
+    """One stage within a pass. ``samples_per_s`` is the stage's own rate: samples / busy s."""
+
+    name: str
+    samples: int
+    busy_s: float
+    in_bytes: int
+    samples_per_s: float
+    mb_per_s: float  # in_bytes / busy_s / 1e6
+    share: float  # busy_s / sum of all stages' busy_s
+    latency: Percentiles | None = None
+    available: bool = True
+    note: str | None = None
+
+
+@dataclass
+class SampleError:
+    key: str
+    stage: str
+    message: str
+
+
+@dataclass
+class CacheState:
+    mode: str  # "cold" (evicted before the pass) or "warm" (left as it was)
+    resident_before: float | None  # fraction of dataset bytes in the page cache before the pass
+    evict_failures: int = 0
+
+
+@dataclass
+class ConsumerStats:
+    """One consumer (one emulated GPU / rank) in one measurement."""
+
+    rank: int
+    samples: int
+    files: int
+    read_bytes: int
+    errors: int
+    batches: int
+    wall_s: float
+    first_batch_s: float | None
+    samples_per_s: float
+    steady_samples_per_s: float | None
+    stages: list[StageStats]
+    step_s: float = 0.0  # emulated accelerator time over measured (post-warm-up) steps
+    data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
+    sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier
+    barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)
+    data_wait: Percentiles | None = None  # per-batch wait distribution
+    au: float | None = None  # step / (step + data wait + sync wait); None without an emulated step
+
+
+@dataclass
+class Measurement:
+    """One measured configuration: N consumers, one pass (cold/warm), one repeat."""
+
+    consumers: int
+    workers: int  # loader workers per consumer
+    pass_name: str  # "cold" / "warm"
+    repeat: int  # 1-based
+    samples: int  # good samples through every chosen stage, all consumers
+    files: int
+    read_bytes: int  # bytes actually read from storage, all consumers
+    errors: int
+    batches: int
+    wall_s: float  # common start (barrier) to the last consumer's end
+    first_batch_s: float | None  # slowest consumer's first batch
+    samples_per_s: float  # samples / wall_s
+    steady_samples_per_s: float | None  # after warm-up batches, summed over consumers
+    mb_per_s: float
+    files_per_s: float
+    stages: list[StageStats]  # summed over consumers and workers
+    cache: CacheState
+    per_consumer: list[ConsumerStats] = field(default_factory=list)
+    au_mean: float | None = None
+    au_min: float | None = None
+    monitor: Timeline | None = None
+    partial: bool = False
+
+
+@dataclass
+class CurvePoint:
+    """Repeats of one (consumers, pass) summarised: the scaling curve is a list of these."""
+
+    consumers: int
+    pass_name: str
+    repeats: int
+    samples_per_s_mean: float
+    samples_per_s_std: float
+    samples_per_s_min: float
+    samples_per_s_max: float
+    cv: float  # std / mean
+    mb_per_s_mean: float
+    efficiency: float | None  # throughput(N) / (N * throughput(1)); None without an N=1 point
+    au_mean: float | None = None
+    au_min: float | None = None
+    rate_basis: str = "steady"  # "steady": after warm-up batches; "pass": whole pass incl. start
+
+
+@dataclass
+class Verdict:
+    bound: str  # limiting stage: read/decode/augment/collate/transfer, or "accelerator", "sync"
+    resource: str  # storage, cpu, pcie, gpu, none
+    text: str  # one sentence for humans
+    evidence: list[str] = field(default_factory=list)
+    supported_consumers: int | None = None  # largest N with AU >= target (when a step is emulated)
+    feeds_accelerators: float | None = None  # throughput / accelerator appetite
+
+
+@dataclass(kw_only=True)
+class ScanResult(Envelope):
+    dataset: DatasetInfo
+    measurements: list[Measurement] = field(default_factory=list)
+    curve: list[CurvePoint] = field(default_factory=list)
+    accelerator: dict[str, Any] | None = None  # the emulated step: profile, step_s, rate, source
+    verdict: Verdict | None = None
+    errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
+
+
+def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:
+    return envelope.load(path, KIND, ScanResult, data)

@@ -1,0 +1,87 @@
+"""The stages a sample goes through: plain functions, timed by the caller.
+
+read (in :mod:`feedbench.scan.sources`) → decode → augment → collate → transfer. Each function
+here does exactly the work of its stage and nothing else, so the time around a call is the
+stage's cost.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from PIL import Image, UnidentifiedImageError
+
+STAGES = ("read", "decode", "augment", "collate", "transfer")
+
+
+class DecodeError(Exception):
+    """The bytes are not a decodable image."""
+
+
+def parse_stages(text: str) -> tuple[str, ...]:
+    """``"read,decode,augment"`` → validated stage names in pipeline order.
+
+    A single name means that stage and all before it (``augment`` = read, decode, augment).
+    """
+    from feedbench.core.errors import FeedbenchError
+
+    names = [s.strip().lower() for s in text.split(",") if s.strip()]
+    if not names:
+        raise FeedbenchError("--stages is empty: choose from " + ", ".join(STAGES))
+    unknown = [n for n in names if n not in STAGES]
+    if unknown:
+        raise FeedbenchError(f"unknown stage {unknown[0]!r}: choose from {', '.join(STAGES)}")
+    if len(names) == 1:
+        return STAGES[: STAGES.index(names[0]) + 1]
+    chosen = tuple(s for s in STAGES if s in names)
+    expected = STAGES[: len(chosen)]
+    if chosen != expected:
+        raise FeedbenchError(
+            f"stages are cumulative: {','.join(chosen)} skips "
+            f"{', '.join(s for s in expected if s not in chosen)}"
+        )
+    return chosen
+
+
+def decode(data: bytes) -> Image.Image:
+    """JPEG/PNG bytes → fully decoded RGB image (Pillow, as a stock torchvision loader does)."""
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return im.convert("RGB")
+    except UnidentifiedImageError as e:
+        raise DecodeError("not an image format Pillow can identify") from e
+    except (OSError, ValueError, SyntaxError) as e:
+        raise DecodeError(str(e) or type(e).__name__) from e
+    except Image.DecompressionBombError as e:
+        raise DecodeError(str(e)) from e
+
+
+class Augment:
+    """The train transform: RandomResizedCrop(size) + horizontal flip; PIL image → HWC uint8."""
+
+    def __init__(self, size: int = 224) -> None:
+        from torchvision.transforms import v2
+
+        self.size = size
+        self._t = v2.Compose(
+            [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
+        )
+
+    def __call__(self, img: Image.Image) -> np.ndarray:
+        return np.asarray(self._t(img))
+
+
+def collate(arrays: Sequence[np.ndarray]) -> torch.Tensor:
+    """HWC uint8 arrays → one B×3×H×W uint8 tensor (channels-last in memory, no extra copy)."""
+    return torch.from_numpy(np.stack(arrays)).permute(0, 3, 1, 2)
+
+
+def transfer(batch: torch.Tensor, device: torch.device, *, pinned: bool) -> torch.Tensor:
+    """Host → GPU copy of a batch, from pinned (page-locked) or pageable memory; synchronised."""
+    src = batch.pin_memory() if pinned else batch
+    out = src.to(device, non_blocking=pinned)
+    torch.cuda.synchronize(device)
+    return out

@@ -1,0 +1,120 @@
+"""The loader-worker side of a consumer: its units through the CPU stages, timed stage by stage."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+from feedbench.scan import stages as st
+from feedbench.scan.sources import Source
+
+KEEP_ERRORS = 20
+
+
+@dataclass
+class BatchTimes:
+    """What a loader worker measured while making one batch (crosses the process boundary)."""
+
+    samples: int = 0
+    files: int = 0
+    read_bytes: int = 0
+    errors: int = 0
+    busy_s: dict[str, float] = field(default_factory=dict)
+    in_bytes: dict[str, int] = field(default_factory=dict)
+    read_latencies: list[float] = field(default_factory=list)
+    error_list: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, stage: str, seconds: float, nbytes: int = 0) -> None:
+        self.busy_s[stage] = self.busy_s.get(stage, 0.0) + seconds
+        self.in_bytes[stage] = self.in_bytes.get(stage, 0) + nbytes
+
+
+class StageStream(IterableDataset):
+    """Iterates a consumer's units through the CPU stages, yielding (payload, BatchTimes).
+
+    With DataLoader workers each worker takes every W-th unit. The payload crosses the process
+    boundary only when ``collate`` is a stage (a uint8 batch tensor, as a real loader passes);
+    otherwise only the measurements do — no work is added that training would not do.
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        units: np.ndarray,
+        stages: Sequence[str],
+        batch_size: int,
+        image_size: int,
+        seed: int,
+    ) -> None:
+        self.source = source
+        self.units = np.asarray(units, dtype=np.int64)
+        self.stages = tuple(stages)
+        self.batch_size = batch_size
+        self.image_size = image_size
+        self.seed = seed
+
+    def __iter__(self) -> Iterator[tuple[Any, BatchTimes]]:
+        info = get_worker_info()
+        units = self.units if info is None else self.units[info.id :: info.num_workers]
+        wid = 0 if info is None else info.id
+        torch.manual_seed(self.seed * 1000 + wid)
+        augment = st.Augment(self.image_size) if "augment" in self.stages else None
+        do_decode = "decode" in self.stages
+        do_collate = "collate" in self.stages
+        times = BatchTimes()
+        batch: list[Any] = []
+        shards = self.source.kind == "shards"
+        if shards:
+            times.files = len(units)
+
+        def flush() -> tuple[Any, BatchTimes]:
+            nonlocal times
+            payload: Any = None
+            if do_collate and batch:
+                t0 = time.perf_counter()
+                payload = st.collate(batch)
+                times.add("collate", time.perf_counter() - t0, payload.numel())
+            out = (payload, times)
+            times = BatchTimes()
+            batch.clear()
+            return out
+
+        # views: each sample is done with (decoded, or counted and dropped) before the next
+        for raw in self.source.iter_samples(units, views=True):
+            times.read_bytes += raw.read_bytes
+            if not shards:
+                times.files += 1
+            times.add("read", raw.read_s, raw.read_bytes)
+            times.read_latencies.append(raw.read_s)
+            if raw.error is not None or raw.data is None:
+                times.errors += 1
+                if len(times.error_list) < KEEP_ERRORS:
+                    times.error_list.append((raw.key, "read", raw.error or "no data"))
+                continue
+            item: Any = raw.data
+            if do_decode:
+                t0 = time.perf_counter()
+                try:
+                    item = st.decode(raw.data)
+                except st.DecodeError as e:
+                    times.errors += 1
+                    if len(times.error_list) < KEEP_ERRORS:
+                        times.error_list.append((raw.key, "decode", str(e)))
+                    continue
+                times.add("decode", time.perf_counter() - t0, len(raw.data))
+            if augment is not None:
+                t0 = time.perf_counter()
+                item = augment(item)
+                times.add("augment", time.perf_counter() - t0)
+            batch.append(item if do_collate else None)
+            times.samples += 1
+            if times.samples == self.batch_size:
+                yield flush()
+        if times.samples or times.files or times.errors:
+            yield flush()

@@ -1,0 +1,97 @@
+"""Consumer counts and the scaling curve: pure functions over measurements."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from feedbench.core.stats import spread
+from feedbench.scan.results import CurvePoint, Measurement
+
+
+def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
+    """Repeats summarised per (consumers, pass); efficiency against the 1-consumer point."""
+    groups: dict[tuple[str, int], list[Measurement]] = {}
+    for m in measurements:
+        if m.partial:
+            continue
+        groups.setdefault((m.pass_name, m.consumers), []).append(m)
+    points: list[CurvePoint] = []
+    # warm-up apart: the steady rate where every measurement has one, else whole-pass rates
+    steady = all(m.steady_samples_per_s is not None for ms in groups.values() for m in ms)
+    for (pass_name, n), ms in sorted(groups.items(), key=lambda kv: (kv[0][0] != "cold", kv[0])):
+        rates = spread([m.steady_samples_per_s if steady else m.samples_per_s for m in ms])
+        aus = [m.au_mean for m in ms if m.au_mean is not None]
+        mins = [m.au_min for m in ms if m.au_min is not None]
+        points.append(
+            CurvePoint(
+                consumers=n,
+                pass_name=pass_name,
+                repeats=len(ms),
+                samples_per_s_mean=rates["mean"],
+                samples_per_s_std=rates["std"],
+                samples_per_s_min=rates["min"],
+                samples_per_s_max=rates["max"],
+                cv=rates["cv"],
+                mb_per_s_mean=float(np.mean([m.mb_per_s for m in ms])),
+                efficiency=None,
+                au_mean=float(np.mean(aus)) if aus else None,
+                au_min=float(min(mins)) if mins else None,
+                rate_basis="steady" if steady else "pass",
+            )
+        )
+    for p in points:
+        one = next((q for q in points if q.pass_name == p.pass_name and q.consumers == 1), None)
+        if one is not None and one.samples_per_s_mean > 0:
+            p.efficiency = p.samples_per_s_mean / (p.consumers * one.samples_per_s_mean)
+    return points
+
+
+def curve_points(result) -> list[CurvePoint]:
+    """A scan result's scaling curve; when it has none (an older run), the one its measurements
+    give."""
+    return list(result.curve) if result.curve else curve(result.measurements)
+
+
+def find_max(probe: Callable[[int], bool], *, limit: int, known: dict[int, bool] | None = None):
+    """Largest N in 1..limit with ``probe(N)`` true, assuming it holds up to some N and then fails.
+
+    Grows 1, 2, 4, … until a probe fails (or ``limit``), then bisects between the last success
+    and the first failure. ``known`` holds results already measured. Returns (best, tried) where
+    best is 0 when even one consumer fails, and tried maps every probed N to its outcome in order.
+    """
+    tried: dict[int, bool] = dict(known or {})
+
+    def check(n: int) -> bool:
+        if n not in tried:
+            tried[n] = bool(probe(n))
+        return tried[n]
+
+    good, bad = 0, None
+    n = 1
+    while n <= limit:
+        if check(n):
+            good = n
+            n *= 2
+        else:
+            bad = n
+            break
+    if bad is None:
+        if good < limit and check(limit):
+            return limit, tried
+        bad = limit if good < limit else None
+        if bad is None:
+            return good, tried
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        if check(mid):
+            good = mid
+        else:
+            bad = mid
+    return good, tried
+
+
+def max_consumers_default(cores: int) -> int:
+    """Upper bound for --find-max: beyond 2 processes per core a host is only measuring itself."""
+    return max(8, 2 * cores)

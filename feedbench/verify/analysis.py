@@ -1,0 +1,215 @@
+"""The numbers a verify computes from its runs (pure): per-run totals and breakdown, efficiency,
+fraction of the synthetic ceiling, verdicts per loader and the summary."""
+
+from __future__ import annotations
+
+from feedbench.core.stats import percentiles
+from feedbench.verify.results import (
+    SYNTHETIC,
+    Breakdown,
+    LoaderVerdict,
+    StepSeries,
+    VerifyResult,
+    VerifyRun,
+    fmt_wait,
+    units,
+)
+
+
+def summarize_run(run: VerifyRun) -> VerifyRun:
+    """Fill a run's totals, breakdown and fractions from its ranks' step series (in place)."""
+    ranks = [r for r in run.ranks if r.step_s]
+    if not ranks:
+        run.steps, run.images, run.window_s, run.images_per_s = 0, 0, 0.0, 0.0
+        run.breakdown = None
+        return run
+    run.steps = min(len(r.step_s) for r in ranks)
+    # a partial run: count only the steps every rank finished, so ranks stay comparable
+    cut = run.steps if run.partial or run.status != "ok" else None
+
+    def col(r: StepSeries, name: str) -> list[float]:
+        values = getattr(r, name)
+        return values[:cut] if cut is not None else values
+
+    run.images = sum(sum(col(r, "images")) for r in ranks)
+    windows = [r.window_s for r in ranks if r.window_s is not None and cut is None]
+    run.window_s = (
+        max(windows) if len(windows) == len(ranks) else max(sum(col(r, "step_s")) for r in ranks)
+    )
+    run.images_per_s = run.images / run.window_s if run.window_s > 0 else 0.0
+    n = sum(len(col(r, "step_s")) for r in ranks)
+
+    def mean(name: str) -> float:
+        return sum(sum(col(r, name)) for r in ranks) / n
+
+    steps_all = [x for r in ranks for x in col(r, "step_s")]
+    run.breakdown = Breakdown(
+        data_wait_s=mean("data_wait_s"),
+        forward_backward_s=mean("forward_backward_s"),
+        allreduce_s=mean("allreduce_s"),
+        optimizer_s=mean("optimizer_s"),
+        other_s=mean("other_s"),
+        step_s=mean("step_s"),
+        allreduce_busy_s=mean("allreduce_busy_s"),
+        host_wait_s=mean("host_wait_s"),
+        step=percentiles(steps_all),
+    )
+    fractions = []
+    for r in ranks:
+        total = sum(col(r, "step_s"))
+        fractions.append(sum(col(r, "data_wait_s")) / total if total > 0 else 0.0)
+    run.data_wait_fraction = sum(fractions) / len(fractions)
+    run.data_wait_fraction_max = max(fractions)
+    total = sum(steps_all)
+    other = sum(abs(x) for r in ranks for x in col(r, "other_s"))
+    run.unaccounted_fraction = other / total if total > 0 else None
+    ratios = [
+        sum(r.step_s) / r.window_s for r in ranks if r.window_s and cut is None and r.window_s > 0
+    ]
+    run.steps_vs_window = sum(ratios) / len(ratios) if ratios else None
+    peaks = [r.peak_mem_bytes for r in ranks if r.peak_mem_bytes is not None]
+    run.gpu_peak_alloc_bytes = max(peaks) if peaks else None
+    return run
+
+
+def ok_runs(result: VerifyResult, loader: str | None = None) -> list[VerifyRun]:
+    return sorted(
+        (
+            r
+            for r in result.runs
+            if r.status == "ok" and r.images_per_s > 0 and (loader is None or r.loader == loader)
+        ),
+        key=lambda r: r.gpus,
+    )
+
+
+def loaders_in(result: VerifyResult) -> list[str]:
+    return list(dict.fromkeys(r.loader for r in result.runs))
+
+
+def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResult:
+    """Efficiency vs the fewest GPUs, fraction of the synthetic ceiling, verdicts and summary."""
+    if threshold is None:
+        threshold = 1 - float(result.config.get("target_au", 0.9))
+    ceiling = {r.gpus: r.images_per_s for r in ok_runs(result, SYNTHETIC)}
+    for loader in loaders_in(result):
+        runs = ok_runs(result, loader)
+        base = runs[0] if runs else None
+        for r in (x for x in result.runs if x.loader == loader):
+            r.base_gpus = r.speedup = r.efficiency = r.ceiling_fraction = None
+            if base is not None and r.images_per_s > 0 and (r.gpus != base.gpus or base.gpus == 1):
+                r.base_gpus = base.gpus
+                r.speedup = r.images_per_s / base.images_per_s
+                r.efficiency = r.speedup * base.gpus / r.gpus
+            c = ceiling.get(r.gpus)
+            if c and r.images_per_s > 0:
+                r.ceiling_fraction = r.images_per_s / c
+    unit = str(result.config.get("unit", "GPU"))
+    result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
+                       for loader in loaders_in(result)]  # fmt: skip
+    for v in result.verdicts:
+        hint = _broadcast_hint(v, result.config, threshold)
+        if hint:
+            v.text += hint
+    result.summary = _summary(result, unit)
+    return result
+
+
+def _verdict(loader: str, runs: list[VerifyRun], threshold: float, unit: str) -> LoaderVerdict:
+    if not runs:
+        return LoaderVerdict(loader, f"{loader}: no complete run")
+    first, last = runs[0], runs[-1]
+    v = LoaderVerdict(
+        loader,
+        "",
+        gpus=last.gpus,
+        images_per_s=last.images_per_s,
+        speedup=last.speedup if last is not first else None,
+        efficiency=last.efficiency if last is not first else None,
+        ceiling_fraction=last.ceiling_fraction,
+        data_wait_fraction=last.data_wait_fraction,
+    )
+    bound = [r for r in runs if (r.data_wait_fraction or 0.0) > threshold]
+    v.data_bound_from = bound[0].gpus if bound else None
+    scale = []
+    if last is not first and last.speedup is not None:
+        scale.append(f"{last.speedup:.2f}× on {units(last.gpus, unit)}")
+    elif last is first:
+        scale.append(f"{last.images_per_s:,.0f} img/s on {units(last.gpus, unit)}")
+    if loader == SYNTHETIC:
+        if last is not first and last.efficiency is not None:
+            scale.append(f"efficiency {last.efficiency:.0%}")
+        v.text = f"{loader} (compute + communication ceiling): " + ", ".join(scale)
+        return v
+    if last.ceiling_fraction is not None:
+        scale.append(f"{last.ceiling_fraction:.2f} of the ceiling")
+    w_last = last.data_wait_fraction or 0.0
+    if bound and bound[0] is first:
+        head = (
+            f"data-bound from {units(first.gpus, unit)}, "
+            f"{fmt_wait(first.data_wait_fraction or 0.0)} of each step waits for data"
+        )
+        if last is not first:
+            head += f" ({fmt_wait(w_last)} at {units(last.gpus, unit)})"
+        v.text = f"{loader}: {head}" + ("; " + ", ".join(scale) if scale else "")
+    elif bound:
+        b = bound[0]
+        v.text = (
+            f"{loader}: " + ", ".join(scale) + f"; fed at {units(first.gpus, unit)} (data wait "
+            f"{fmt_wait(first.data_wait_fraction or 0.0)}), data-bound from "
+            f"{units(b.gpus, unit)}: {fmt_wait(b.data_wait_fraction or 0.0)} of each step "
+            "waits for data"
+        )
+    else:
+        v.text = f"{loader}: " + ", ".join([*scale, f"data wait {fmt_wait(w_last)}"])
+    return v
+
+
+def _broadcast_hint(v: LoaderVerdict, config: dict, threshold: float) -> str | None:
+    """The DALI loader fed (data wait under the threshold) yet short of the ceiling on several
+    GPUs, with DDP broadcasting buffers every step: say what that cost where it was measured."""
+    ddp = config.get("ddp_options") or {}
+    pace = ((config.get("options_per_loader") or {}).get("dali") or {}).get("pace", 1)
+    if (
+        v.loader != "dali"
+        or config.get("device") != "cuda"
+        or (v.gpus or 0) < 2
+        or ddp.get("broadcast_buffers", True) is not True
+        or not pace
+        or v.ceiling_fraction is None
+        or v.ceiling_fraction >= 0.95
+        or (v.data_wait_fraction or 0.0) > threshold
+    ):
+        return None
+    return (
+        "; the gap is not data wait: with DDP's per-step buffer broadcast (on here), the loader's "
+        "per-step wait for the GPU (pace) cost ~4% on 2 H200s, where broadcast_buffers=False "
+        "took it to 0.97 of the ceiling (--ddp-option broadcast_buffers=false; BENCHMARKS.md)"
+    )
+
+
+def _summary(result: VerifyResult, unit: str) -> str | None:
+    runs = ok_runs(result)
+    if not runs:
+        return None
+    top = max(r.gpus for r in runs)
+    at = sorted(
+        (r for r in runs if r.gpus == top and r.loader != SYNTHETIC),
+        key=lambda r: -r.images_per_s,
+    )
+    if not at:
+        return None
+    parts = []
+    for r in at:
+        s = f"{r.loader} {r.images_per_s:,.0f} img/s"
+        if r.ceiling_fraction is not None:
+            s += f" ({r.ceiling_fraction:.2f} of the ceiling)"
+        parts.append(s)
+    text = f"at {units(top, unit)}: " + " > ".join(parts)
+    synth = next((r for r in runs if r.gpus == top and r.loader == SYNTHETIC), None)
+    if synth is not None:
+        text += f"; ceiling (synthetic) {synth.images_per_s:,.0f} img/s"
+    if len(at) > 1:
+        best, worst = at[0], at[-1]
+        text += f"; {best.loader} is {best.images_per_s / worst.images_per_s:.2f}× {worst.loader}"
+    return text

@@ -1,0 +1,192 @@
+"""``feedbench verify`` results: the schema.
+
+The file follows the one results convention (:mod:`feedbench.core.envelope`), ``kind = "verify"``,
+written after every run, so an interrupted or failed verify keeps what was measured. Everything
+printed or plotted is computed from a :class:`VerifyResult`.
+
+Per step (warm-up excluded) each rank records five parts that add up to the step:
+
+``data_wait_s + forward_backward_s + allreduce_s + optimizer_s + other_s = step_s``
+
+``other_s`` is the remainder (loop bookkeeping): its share of the step is reported as
+``unaccounted_fraction`` and stays small when the measured parts cover the step. How each part is
+timed on GPU and on CPU is in :data:`TIMING` (and copied into every results file).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from feedbench.core import envelope
+from feedbench.core.envelope import DatasetInfo, Envelope
+from feedbench.core.stats import Percentiles
+from feedbench.core.timeline import Timeline
+
+KIND = "verify"
+
+PARTS = ("data_wait_s", "forward_backward_s", "allreduce_s", "optimizer_s", "other_s")
+
+PART_LABELS = {
+    "data_wait_s": "data wait",
+    "forward_backward_s": "forward + backward",
+    "allreduce_s": "all-reduce (exposed)",
+    "optimizer_s": "optimizer",
+    "other_s": "other",
+}
+
+SYNTHETIC = "synthetic"
+
+TIMING = {
+    "step": "from the end of the previous step's optimizer to the end of this one; consecutive "
+    "steps share their boundary, so the steps of a rank tile its measured window",
+    "data_wait": "from just before next(loader) until the batch is on the device (host→device "
+    "copy and normalisation included): on GPU in GPU time between CUDA events on the training "
+    "stream, i.e. how long the GPU had nothing to do because the batch was late; on CPU the "
+    "host time blocked in next()",
+    "forward_backward": "forward + loss (bf16 autocast on GPU) + backward, less the exposed "
+    "all-reduce",
+    "allreduce": "exposed gradient all-reduce: a DDP comm hook marks each bucket when it is ready "
+    "and when its all-reduce completes (CUDA events on GPU, perf_counter on CPU); exposed = "
+    "last completion − last bucket ready, the communication that backward could not hide. "
+    "allreduce_busy_s is the union of all bucket intervals (mostly overlapped with backward, "
+    "so it is not part of the sum)",
+    "optimizer": "optimizer.step() + zero_grad()",
+    "other": "step − (data wait + forward/backward + exposed all-reduce + optimizer): loop "
+    "bookkeeping",
+    "sync": "GPU: no synchronisation inside a step; events are read two steps later, so the host "
+    "may run up to two steps ahead as in real training; the measured window starts after a "
+    "synchronise + barrier and ends with a synchronise. CPU: perf_counter at phase boundaries",
+    "images_per_s": "images of all ranks in the measured steps / the longest rank's measured "
+    "window",
+}
+
+
+@dataclass
+class StepSeries:
+    """One rank's measured steps, column by column (seconds; see :data:`TIMING`)."""
+
+    rank: int
+    step: list[int] = field(default_factory=list)  # step number counted from the first warm-up step
+    epoch: list[int] = field(default_factory=list)
+    images: list[int] = field(default_factory=list)
+    data_wait_s: list[float] = field(default_factory=list)
+    forward_backward_s: list[float] = field(default_factory=list)
+    allreduce_s: list[float] = field(default_factory=list)  # exposed (not hidden by backward)
+    optimizer_s: list[float] = field(default_factory=list)
+    other_s: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+    allreduce_busy_s: list[float] = field(default_factory=list)  # union of bucket intervals
+    host_wait_s: list[float] = field(default_factory=list)  # host time blocked in next()
+    buckets: list[int] = field(default_factory=list)  # all-reduce buckets seen per step
+    warmup_step_s: list[float] = field(default_factory=list)
+    window_s: float | None = None  # measured window (None: the rank did not finish it)
+    window_start_mono: float | None = None  # time.monotonic() of the window's ends (host clock)
+    window_end_mono: float | None = None
+    peak_mem_bytes: int | None = None  # torch.cuda.max_memory_allocated (GPU only)
+    batches_per_epoch: int | None = None
+    workers: int | None = None
+    cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
+    ddp: str | None = None  # the DDP settings this rank ran with, read back from DDP itself
+    compiled: str | None = None  # torch.compile mode of this rank's model (None: eager)
+    error: str | None = None
+
+
+@dataclass
+class Breakdown:
+    """Mean seconds per measured step over all ranks; the five parts add up to ``step_s``."""
+
+    data_wait_s: float
+    forward_backward_s: float
+    allreduce_s: float
+    optimizer_s: float
+    other_s: float
+    step_s: float
+    allreduce_busy_s: float
+    host_wait_s: float
+    step: Percentiles | None = None  # distribution of step times (all ranks)
+
+
+@dataclass
+class VerifyRun:
+    """One DDP training run: one loader on ``gpus`` ranks."""
+
+    loader: str
+    gpus: int  # ranks: GPUs, or CPU processes without CUDA
+    per_gpu_batch: int
+    global_batch: int
+    status: str = "ok"  # ok / failed / interrupted
+    error: str | None = None
+    source: str | None = None  # what the loader read
+    workers: int | None = None  # loader workers per rank
+    cpus: list[str] | None = None  # each rank's cores (its CPU affinity), in rank order
+    steps: int = 0  # measured steps (the fewest any rank completed)
+    warmup_steps: int = 0
+    epochs: int = 0  # epochs started (all steps)
+    images: int = 0  # measured images, all ranks
+    window_s: float = 0.0
+    images_per_s: float = 0.0
+    breakdown: Breakdown | None = None
+    data_wait_fraction: float | None = None  # Σ data wait / Σ step, mean over ranks
+    data_wait_fraction_max: float | None = None  # the worst rank
+    unaccounted_fraction: float | None = None  # Σ |other| / Σ step: what the parts do not explain
+    steps_vs_window: float | None = None  # Σ step_s / window, mean over ranks (≈ 1)
+    base_gpus: int | None = None  # the run efficiency is relative to (1 GPU when measured)
+    speedup: float | None = None  # images/s ÷ images/s at base_gpus, same loader
+    efficiency: float | None = None  # speedup × base_gpus / gpus
+    ceiling_fraction: float | None = None  # images/s ÷ synthetic images/s at the same gpus
+    gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
+    gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs
+    gpu_sm_clock_mhz_min: float | None = None  # NVML, the run's GPUs, measured window
+    gpu_power_w_mean: float | None = None  # NVML, per GPU, the run's GPUs, measured window
+    gpu_peak_alloc_bytes: int | None = None  # torch allocator peak, worst rank
+    cpu_percent_mean: float | None = None  # psutil, whole machine, measured window
+    busy_cores_mean: float | None = None
+    total_s: float = 0.0  # launch to exit, start-up and warm-up included
+    log: str | None = None  # torchrun's output
+    monitor: Timeline | None = None  # the whole run
+    window_t_s: list[float] = field(default_factory=list)  # [start, end] on the monitor's clock
+    ranks: list[StepSeries] = field(default_factory=list)
+    partial: bool = False
+
+
+@dataclass
+class LoaderVerdict:
+    loader: str
+    text: str
+    data_bound_from: int | None = None  # fewest GPUs with data wait > threshold
+    gpus: int | None = None  # the largest GPU count measured
+    images_per_s: float | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    ceiling_fraction: float | None = None
+    data_wait_fraction: float | None = None
+
+
+@dataclass(kw_only=True)
+class VerifyResult(Envelope):
+    dataset: DatasetInfo | None = None
+    timing: dict[str, str] = field(default_factory=lambda: dict(TIMING))
+    runs: list[VerifyRun] = field(default_factory=list)
+    verdicts: list[LoaderVerdict] = field(default_factory=list)
+    summary: str | None = None
+    stopped_by: str | None = None  # "failed" / "interrupted" when the verify did not finish
+
+
+def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> VerifyResult:
+    return envelope.load(path, KIND, VerifyResult, data)
+
+
+def units(n: int, unit: str) -> str:
+    if unit == "GPU":
+        return f"{n} GPU" + ("s" if n != 1 else "")
+    return f"{n} process" + ("es" if n != 1 else "")
+
+
+def fmt_wait(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.095 else f"{x:.1%}"
+
+
+def unit_plural(unit: str) -> str:
+    return "GPUs" if unit == "GPU" else "processes"

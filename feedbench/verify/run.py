@@ -1,0 +1,157 @@
+"""Every GPU count × loader of a verify, one torchrun job each (synthetic first at each count).
+
+Each rank writes its own part file; after every job the parent merges them into the results file,
+so a failed or interrupted verify keeps every run measured before it, and the steps of the run
+that broke. The parent watches each job: if a rank dies the job is stopped (torchrun first, then
+any process of the job still alive, by pid), and Ctrl-C does the same; it never leaves processes
+behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from feedbench.core.monitor import Monitor
+from feedbench.core.supervise import Interrupted, sigterm_as_interrupt
+from feedbench.core.timeline import summarize
+from feedbench.verify.analysis import compare, summarize_run
+from feedbench.verify.config import Plan, VerifyConfig
+from feedbench.verify.job import _job_env, explain_failure, read_parts, run_job, worker_command
+from feedbench.verify.loaders import SYNTHETIC
+from feedbench.verify.plan import new_result, plan
+from feedbench.verify.results import VerifyResult, VerifyRun, units
+
+
+def monitor_start(interval_s: float) -> tuple[Monitor, float]:
+    m = Monitor(interval_s=interval_s)
+    t0 = time.monotonic()
+    m.start()
+    return m, t0
+
+
+def run_one(
+    config: VerifyConfig, p: Plan, loader: str, gpus: int, log_dir: str | None
+) -> VerifyRun:
+    """One loader on ``gpus`` ranks: launch, watch, merge the ranks' parts into a run."""
+    per = p.per_gpu_batch(config.scaling, gpus)
+    run = VerifyRun(
+        loader=loader,
+        gpus=gpus,
+        per_gpu_batch=per,
+        global_batch=per * gpus,
+        source=None if loader == SYNTHETIC else p.sources.get(loader),
+        warmup_steps=p.warmup,
+    )
+    out_dir = tempfile.mkdtemp(prefix="feedbench-verify-")
+    try:
+        if log_dir:
+            os.makedirs(log_dir, exist_ok=True)
+            log_path = os.path.join(log_dir, f"{loader}-{gpus}.log")
+        else:
+            log_path = os.path.join(out_dir, "torchrun.log")
+        cmd = worker_command(config, p, loader, gpus, out_dir)
+        monitor, mono0 = monitor_start(config.monitor_interval_s)
+        try:
+            outcome = run_job(cmd, _job_env(p, gpus), log_path, config.run_timeout_s)
+        finally:
+            timeline = monitor.stop() if monitor is not None else None
+        if monitor is not None and timeline is not None:
+            timeline.label = f"{loader}, {units(gpus, p.unit)}"
+        series, done = read_parts(out_dir, gpus)
+        run.ranks = sorted(series, key=lambda s: s.rank)
+        run.total_s = outcome.total_s
+        run.log = log_path if log_dir else None
+        run.monitor = timeline
+        run.workers = next((s.workers for s in run.ranks if s.workers is not None), None)
+        run.cpus = [s.cpus for s in run.ranks] if any(s.cpus for s in run.ranks) else None
+        run.epochs = max((max(s.epoch) + 1 for s in run.ranks if s.epoch), default=0)
+        complete = (
+            outcome.returncode == 0
+            and not (outcome.interrupted or outcome.timed_out or outcome.rank_died)
+            and len(done) == gpus
+            and all(done.values())
+        )
+        if not complete:
+            try:
+                log_text = Path(log_path).read_text(errors="replace")
+            except OSError:
+                log_text = ""
+            run.status = "interrupted" if outcome.interrupted else "failed"
+            run.error = explain_failure(loader, gpus, p.unit, log_text, run.ranks, outcome)
+            run.partial = True
+        summarize_run(run)
+        starts = [s.window_start_mono for s in run.ranks if s.window_start_mono is not None]
+        ends = [s.window_end_mono for s in run.ranks if s.window_end_mono is not None]
+        if timeline is not None and starts:
+            a = min(starts) - mono0
+            b = (max(ends) if ends and len(ends) == len(starts) else time.monotonic()) - mono0
+            run.window_t_s = [a, b]
+            used = list(range(gpus)) if p.device == "cuda" else None
+            stats = summarize(timeline, a, b, used)
+            run.cpu_percent_mean = stats.get("cpu_percent_mean")
+            run.busy_cores_mean = stats.get("busy_cores_mean")
+            run.gpu_util_percent_mean = stats.get("gpu_util_percent_mean")
+            run.gpu_sm_clock_mhz_min = stats.get("gpu_sm_clock_mhz_min_loaded")
+            run.gpu_power_w_mean = stats.get("gpu_power_w_mean_loaded")
+            mem = stats.get("gpu_mem_used_bytes_max")
+            run.gpu_mem_used_bytes_max = int(mem) if mem is not None else None
+        if outcome.interrupted:
+            raise Interrupted(run)
+        return run
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def verify(
+    config: VerifyConfig,
+    *,
+    log_dir: str | None = None,
+    on_update: Callable[[VerifyResult], None] | None = None,
+    on_run: Callable[[str, int, int, int], None] | None = None,
+) -> VerifyResult:
+    """Every GPU count × loader (synthetic first at each count). ``on_update`` gets the result
+    after every run (to save it); ``on_run(loader, gpus, i, total)`` is told when a run starts.
+
+    A run that fails stops the verify (unless ``keep_going``), and so does Ctrl-C: the result is
+    returned ``partial``, ``stopped_by`` "failed" or "interrupted", with the broken run's error and
+    the steps its ranks recorded."""
+    p = plan(config)
+    result = new_result(config, p)
+    jobs = [(loader, g) for g in config.gpus for loader in p.loaders]
+    try:
+        with sigterm_as_interrupt():
+            for i, (loader, g) in enumerate(jobs):
+                if on_run:
+                    on_run(loader, g, i, len(jobs))
+                run = run_one(config, p, loader, g, log_dir)
+                result.runs.append(run)
+                if run.status != "ok":
+                    result.partial = True
+                    if not config.keep_going:
+                        result.stopped_by = "failed"
+                compare(result)
+                if on_update:
+                    on_update(result)
+                if result.stopped_by:
+                    return result
+    except Interrupted as e:
+        result.runs.append(e.args[0])
+        result.partial, result.stopped_by = True, "interrupted"
+    except KeyboardInterrupt:  # between two runs
+        result.partial, result.stopped_by = True, "interrupted"
+    else:
+        return result
+    compare(result)
+    if on_update:
+        on_update(result)
+    return result
+
+
+def failure(result: VerifyResult) -> str | None:
+    """The error of the run that stopped the verify, or None."""
+    return next((r.error for r in result.runs if r.status == "failed"), None)

@@ -1,0 +1,3 @@
+from feedbench.verify.worker.main import main
+
+main()

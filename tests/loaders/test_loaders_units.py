@@ -1,0 +1,197 @@
+"""Pure functions behind the loaders: padding plans, DCT factors, label parsing, the epoch rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from loaders import build_loader
+from loaders.dali_backend import parse_labels
+from loaders.decode import center_crop_box, dct_factor, random_resized_crop_box
+from loaders.wds_backend import fixed_samples_per_rank, shard_order, worker_quotas
+from tests.loaders.test_loaders import make_tiny
+
+
+@pytest.mark.parametrize(
+    ("sizes", "world", "expected"),
+    [
+        ([100] * 10 + [1], 2, 600),  # 11 shards over 2 ranks: 6 shards at most
+        ([100] * 10 + [1], 3, 400),
+        ([50] * 8, 4, 100),  # divisible: no padding
+        ([10, 30, 20], 1, 60),
+    ],
+)
+def test_wds_fixed_epoch_length_and_quotas(sizes, world, expected):
+    per_shard = np.array(sizes)
+    assert fixed_samples_per_rank(per_shard, world) == expected
+    for epoch in range(3):
+        order = shard_order(len(sizes), seed=1, epoch=epoch)
+        dealt = []
+        for rank in range(world):
+            plan = worker_quotas(per_shard, order, rank, world, 2, expected)
+            assert sum(q for _, q in plan) == expected  # every rank: the same sample count
+            for shards, quota in plan:
+                assert quota >= per_shard[list(shards)].sum()  # only padding is added
+                dealt += list(shards)
+        assert sorted(dealt) == list(range(len(sizes)))  # every shard to exactly one worker
+    assert not np.array_equal(shard_order(11, 1, 0), shard_order(11, 1, 1))
+
+
+@pytest.mark.parametrize(
+    ("w", "h", "size", "k"), [(300, 300, 224, 1), (448, 500, 224, 2), (1000, 900, 224, 4),
+                              (4000, 3000, 224, 8), (447, 2000, 224, 1)],
+)  # fmt: skip
+def test_dct_factor_keeps_the_crop_at_least_the_output_size(w, h, size, k):
+    assert dct_factor(w, h, size) == k
+    assert min(w, h) / k >= size or k == 1
+
+
+def test_crop_boxes_stay_inside_the_image():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        w, h = int(rng.integers(1, 900)), int(rng.integers(1, 900))
+        x, y, cw, ch = random_resized_crop_box(w, h, rng)
+        assert x >= 0 and y >= 0 and x + cw <= w and y + ch <= h and cw > 0 and ch > 0
+    assert center_crop_box(400, 300, 224) == (69, 19, 262, 262)
+
+
+def test_parse_labels_reads_ascii_decimals():
+    rows = [b"7", b"123", b"42\n", b"0"]
+    digits = torch.zeros((len(rows), 12), dtype=torch.uint8)
+    for i, r in enumerate(rows):
+        digits[i, : len(r)] = torch.tensor(list(r), dtype=torch.uint8)
+    assert parse_labels(digits).tolist() == [7, 123, 42, 0]
+
+
+def test_set_epoch_and_the_automatic_next_epoch(tmp_path):
+    tree = make_tiny(tmp_path, 40, 10)["tree"]
+    kw = dict(image_size=8, workers=0, device="cpu", return_keys=True, seed=3)
+    loader = build_loader(tree, "torch", 16, **kw)
+
+    def order():
+        return [k for _, _, keys in loader for k in keys.tolist()]
+
+    e0, e1 = order(), order()
+    assert loader.epoch == 1 and e0 != e1
+    loader.set_epoch(0)
+    assert order() == e0 and loader.epoch == 0
+    assert len(build_loader(tree, "torch", 16, drop_last=True, **kw)) == 2  # 40 // 16
+    assert len(loader) == 3
+
+
+def _keys(loader, batches: int | None = None) -> list[int]:
+    out: list[int] = []
+    for i, (_, _, keys) in enumerate(loader):
+        if batches is not None and i == batches:
+            break
+        out += keys.tolist()
+    return out
+
+
+def _fresh_keys(root, backend: str, epoch: int, **kw) -> list[int]:
+    """Epoch ``epoch``'s keys from a new loader (batch 32) that starts there."""
+    other = build_loader(root, backend, 32, **kw)
+    other.set_epoch(epoch)
+    keys = _keys(other)
+    other.close()
+    return keys
+
+
+def test_torch_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path):
+    """The torch backend's workers start epoch e + 1 before the training loop asks for it, and
+    every epoch still has exactly the order a fresh loader gives it (also after an epoch left
+    midway, or a jump with set_epoch)."""
+    root = make_tiny(tmp_path, n=256, per_shard=32)["tree"]
+    kw = dict(image_size=16, workers=2, seed=5, return_keys=True, multiprocessing_context="fork")
+
+    def fresh(epoch: int) -> list[int]:
+        return _fresh_keys(root, "torch", epoch, **kw)
+
+    loader = build_loader(root, "torch", 32, **kw)
+    assert len(loader) == 8
+    first = _keys(loader)
+    # the DataLoader iterator has already sent the workers batches of epoch 1 (private counter:
+    # batches handed to workers so far; 8 would mean it stopped at the epoch's end)
+    assert loader._iter._send_idx > len(loader)
+    second = _keys(loader)
+    assert first == fresh(0) and second == fresh(1) and first != second
+    assert sorted(second) == list(range(256))
+    _keys(loader, batches=3)  # epoch 2, left midway: epoch 3 starts from its own beginning
+    assert _keys(loader) == fresh(3)
+    loader.set_epoch(7)
+    assert _keys(loader) == fresh(7)
+    loader.close()
+
+
+@pytest.mark.parametrize(("n", "workers"), [(256, 2), (250, 3)], ids=["equal", "unequal"])
+def test_wds_workers_go_on_into_the_next_epoch_with_the_same_orders(tmp_path, n, workers):
+    """The wds backend's workers start epoch e + 1 before the training loop asks for it, and every
+    epoch is still exactly what a fresh loader gives it (also after an epoch left midway, or a
+    jump with set_epoch). "unequal": 8 shards over 3 workers, one shard short, so the workers'
+    shares differ and the smaller ones pad their turn with empty chunks."""
+    root = make_tiny(tmp_path, n=n, per_shard=32)["shards"]
+    kw = dict(
+        image_size=16, workers=workers, seed=5, return_keys=True, multiprocessing_context="fork"
+    )
+
+    def fresh(epoch: int) -> list[int]:
+        return _fresh_keys(root, "wds", epoch, **kw)
+
+    loader = build_loader(root, "wds", 32, **kw)
+    first = _keys(loader)
+    per_epoch = loader.dataset.chunks_per_worker(0, workers) * workers
+    # the DataLoader iterator has already asked the workers for chunks of epoch 1
+    assert loader._iter._send_idx > per_epoch
+    second = _keys(loader)
+    assert first == fresh(0) and second == fresh(1) and first != second
+    assert set(second) == set(range(n)) and len(second) == len(loader) * 32 - (
+        0 if loader.samples_per_rank % 32 == 0 else 32 - loader.samples_per_rank % 32
+    )
+    _keys(loader, batches=3)  # epoch 2, left midway: epoch 3 starts from its own beginning
+    assert _keys(loader) == fresh(3)
+    loader.set_epoch(7)
+    assert _keys(loader) == fresh(7)
+    loader.close()
+
+
+@pytest.mark.parametrize("pace", [-1, 1.5, "often"])
+def test_dali_pace_takes_whole_steps(tmp_path, pace):
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    root = make_tiny(tmp_path, n=40, per_shard=10)["tree"]
+    with pytest.raises(ValueError, match="pace takes 0"):
+        build_loader(root, "dali", 8, image_size=16, workers=1, pace=pace)
+
+
+def test_dali_decode_choices(tmp_path):
+    """``decode``: auto, gpu or cpu; asking for GPU decode without a GPU is refused, not ignored."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    root = make_tiny(tmp_path, n=16, per_shard=8)["tree"]
+    with pytest.raises(ValueError, match="decode takes auto, gpu or cpu"):
+        build_loader(root, "dali", 8, image_size=16, workers=1, decode="nvjpeg")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="needs a CUDA device"):
+            build_loader(root, "dali", 8, image_size=16, workers=1, decode="gpu")
+    loader = build_loader(root, "dali", 8, image_size=16, workers=1, decode="cpu")
+    assert loader.decode == "cpu" and sum(len(b[0]) for b in loader) == 16
+    loader.close()
+
+
+@pytest.mark.parametrize("backend", ["torch", "wds"])
+def test_close_stops_the_workers_that_ran_ahead(tmp_path, backend):
+    """After a whole epoch the workers are already working on the next one; ``close()`` stops
+    them (``feedbench scan --loader`` relies on it before each pass's cache eviction), and the
+    loader starts again from the epoch asked for."""
+    import multiprocessing
+
+    root = make_tiny(tmp_path, n=128, per_shard=32)["tree" if backend == "torch" else "shards"]
+    kw = dict(image_size=16, workers=2, seed=5, return_keys=True, multiprocessing_context="fork")
+    loader = build_loader(root, backend, 32, **kw)
+    before = set(multiprocessing.active_children())
+    _keys(loader)
+    assert set(multiprocessing.active_children()) - before  # its workers, running on
+    loader.close()
+    assert not set(multiprocessing.active_children()) - before
+    loader.set_epoch(1)
+    assert _keys(loader) == _fresh_keys(root, backend, 1, **kw)
+    loader.close()

@@ -1,0 +1,141 @@
+"""feedbench compare: real scan results side by side, rankings against the spread, bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from feedbench.report.compare import Column, comparability, compare, ranking
+from feedbench.scan.results import CurvePoint
+
+
+@pytest.fixture(scope="module")
+def scans(tmp_path_factory, dataset):
+    """Two real scans of the same images: local reads, and reads with 20 ms added per file."""
+    import subprocess
+    import sys
+
+    out = tmp_path_factory.mktemp("cmp")
+    common = ["--consumers", "1,2", "--repeat", "2", "--stages", "read,decode", "--batch-size",
+              "4", "--no-plots"]  # fmt: skip
+    paths = {}
+    for name, extra in (("local", []), ("slow", ["--read-latency", "0.02"])):
+        path = out / f"{name}.json"
+        cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), *common,
+               *extra, "--json", str(path)]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        paths[name] = path
+    return paths
+
+
+def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_bound(
+    cli, scans, tmp_path
+):
+    target = tmp_path / "cmp.json"
+    r = cli("compare", str(scans["slow"]), str(scans["local"]), "-L", "nfs", "-L", "nvme",
+            "--json", str(target))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    text = " ".join(r.out.split())
+    for n in (1, 2):
+        pattern = rf"at {n} consumers?, samples/s: (\w+) [\d,]+ > (\w+) [\d,]+ \((0\.\d\d)×"
+        m = re.search(pattern, text)
+        assert m, text
+        assert (m.group(1), m.group(2)) == ("nvme", "nfs")
+    assert "nfs: read-bound (storage)" in text
+    assert "warning: batch sizes differ" not in text  # same settings: nothing to warn about
+    doc = json.loads(target.read_text())
+    assert doc["kind"] == "compare" and doc["pass_name"] == "cold"
+    assert [c["label"] for c in doc["columns"]] == ["nfs", "nvme"]
+    assert doc["common_counts"] == [1, 2]
+    nfs, nvme = doc["columns"]
+    for n in ("1", "2"):  # the numbers are the files' own curve points
+        assert nvme["points"][n]["samples_per_s_mean"] > nfs["points"][n]["samples_per_s_mean"]
+    assert nfs["bound"] == "read" and nfs["resource"] == "storage"
+    png = target.parent / "cmp-scaling.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_compare_reads_back_exactly_what_scan_wrote(scans):
+    from feedbench.scan.results import load
+
+    cmp = compare([str(scans["local"]), str(scans["slow"])])
+    for col, name in zip(cmp.columns, ("local", "slow"), strict=True):
+        res = load(scans[name])
+        want = {p.consumers: p.samples_per_s_mean for p in res.curve if p.pass_name == "cold"}
+        assert {n: p.samples_per_s_mean for n, p in col.points.items()} == want
+        assert col.dataset_bytes == res.dataset.bytes and col.stages == ["read", "decode"]
+
+
+def _col(label: str, points: dict[int, tuple[float, float, int]], **kw) -> Column:
+    pts = {
+        n: CurvePoint(n, "cold", reps, mean, sd, mean - sd, mean + sd, sd / mean, mean / 100, None)
+        for n, (mean, sd, reps) in points.items()
+    }
+    base = dict(
+        label=label, path=f"{label}.json", host="h", cpus=16, gpus=[], dataset="/d",
+        dataset_format="tree", dataset_bytes=1000, dataset_files=10, stages=["read"],
+        batch_size=256, image_size=224, cache="cold", accelerator=None, created_utc="",
+        partial=False, points=pts,
+    )  # fmt: skip
+    base.update(kw)
+    return Column(**base)
+
+
+def test_ranking_calls_a_gap_real_only_beyond_two_combined_sigmas():
+    a = _col("a", {4: (1000.0, 10.0, 3)})
+    b = _col("b", {4: (900.0, 10.0, 3)})  # gap 100 > 2·√200 ≈ 28: real
+    c = _col("c", {4: (990.0, 30.0, 3)})  # gap 10 < 2·√1000 ≈ 63: noise
+    d = _col("d", {4: (500.0, 0.0, 1)})  # one repeat: untested
+    r = ranking([b, d, a, c], 4)
+    assert r is not None
+    assert r.labels == ["a", "c", "b", "d"]
+    assert r.vs_leader == pytest.approx([1.0, 0.99, 0.9, 0.5])
+    assert r.beyond_spread == [None, False, True, None]
+    assert "within the spread" in r.text and "beyond the spread" in r.text
+    assert ranking([a], 4) is None  # nothing to rank against
+
+
+def test_warnings_name_what_differs():
+    a = _col("a", {1: (10.0, 1.0, 2)})
+    b = _col("b", {1: (10.0, 1.0, 2)}, batch_size=64, dataset_bytes=5000, cache="warm")
+    text = " | ".join(comparability([a, b]))
+    assert "batch sizes differ (a: 256; b: 64)" in text
+    assert "datasets differ in size" in text and "cache states differ" in text
+    assert comparability([a, _col("c", {1: (10.0, 1.0, 2)})]) == []
+    one = _col("e", {1: (10.0, 0.0, 1)})
+    assert any("one repeat per point" in w for w in comparability([a, one]))
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        ("one", r"compare takes at least two scan results files"),
+        ("missing", r"no such results file: .*nowhere\.json"),
+        ("verify", r"holds 'verify' results, not scan results"),
+        ("garbage", r"is not a feedbench results file"),
+        ("labels", r"--label given 1 times for 2 results files"),
+        ("warm", r"no file measured a warm pass \(they hold: cold\)"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli, scans, tmp_path, case, message):
+    local, slow = str(scans["local"]), str(scans["slow"])
+    args = {
+        "one": [local],
+        "missing": [local, str(tmp_path / "nowhere.json")],
+        "labels": [local, slow, "-L", "x"],
+        "warm": [local, slow, "--pass", "warm"],
+    }.get(case)
+    if case == "verify":
+        doc = json.loads(scans["local"].read_text()) | {"kind": "verify"}
+        (tmp_path / "v.json").write_text(json.dumps(doc))
+        args = [local, str(tmp_path / "v.json")]
+    if case == "garbage":
+        (tmp_path / "g.json").write_text("{not json")
+        args = [local, str(tmp_path / "g.json")]
+    r = cli("compare", *args)
+    assert r.code == 2, r.out + r.err
+    assert re.search(r"^error: ", r.err) and re.search(message, " ".join(r.err.split())), r.err
+    assert "Traceback" not in r.err

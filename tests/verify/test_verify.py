@@ -1,0 +1,552 @@
+"""feedbench verify: real DDP training (torchrun, gloo, 2 CPU processes), the step-time breakdown,
+efficiency and verdicts, the results file, and bad input (a dying rank, Ctrl-C, impossible asks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from feedbench.core import envelope
+from feedbench.core.envelope import SCHEMA_VERSION, HostInfo
+from feedbench.core.errors import FeedbenchError
+from feedbench.verify import analysis as vr
+from feedbench.verify import results as verify_results
+from feedbench.verify.plan import check_gpus
+from feedbench.verify.results import StepSeries, VerifyResult, VerifyRun
+from feedbench.verify.worker.main import FLUSH_EVERY_S
+from feedbench.verify.worker.timing import HostClock, Marks, read_marks, union_length
+from tests.conftest import ROOT
+
+FAST = ["--device", "cpu", "--steps", "6", "--warmup", "2", "-b", "4", "--workers", "1"]
+
+
+# --- timing arithmetic ----------------------------------------------------------------------------
+
+
+def test_step_parts_from_marks_add_up_and_count_only_exposed_allreduce():
+    # data 10 ms; backward ends at 46 ms; buckets reduced 30→34 and 38→45 ms; optimizer 4 ms
+    m = Marks(7, 0, 4, 0.009, 0.0, 0.001, 0.011, 0.046, 0.050, [(0.030, 0.034), (0.038, 0.045)])
+    t = read_marks(m, HostClock())
+    assert t.step_s == pytest.approx(0.050)
+    assert t.data_wait_s == pytest.approx(0.010)
+    assert t.allreduce_s == pytest.approx(0.007)  # last done − last ready: not hidden by backward
+    assert t.allreduce_busy_s == pytest.approx(0.011)  # all bucket time, overlapped or not
+    assert t.forward_backward_s == pytest.approx(0.035 - 0.007)
+    assert t.optimizer_s == pytest.approx(0.004)
+    assert t.other_s == pytest.approx(0.001)
+    parts = t.data_wait_s + t.forward_backward_s + t.allreduce_s + t.optimizer_s + t.other_s
+    assert parts == pytest.approx(t.step_s)
+    assert t.buckets == 2 and t.host_wait_s == 0.009
+
+
+@pytest.mark.parametrize(
+    ("spans", "length"),
+    [([], 0.0), ([(0, 1)], 1.0), ([(0, 2), (1, 3)], 3.0), ([(0, 1), (2, 3)], 2.0),
+     ([(0, 5), (1, 2)], 5.0)],
+)  # fmt: skip
+def test_union_length(spans, length):
+    assert union_length(spans) == pytest.approx(length)
+
+
+# --- efficiency, ceiling and verdicts (the issue's own figures) -----------------------------------
+
+
+def _result(runs: list[VerifyRun], unit: str = "GPU") -> VerifyResult:
+    host = HostInfo("h", "linux", "3.11", 32, 1 << 30, "2", [])
+    return VerifyResult(
+        kind="verify",
+        created_utc="now",
+        command=["feedbench"],
+        config={"unit": unit, "target_au": 0.9},
+        host=host,
+        runs=runs,
+    )
+
+
+def _run(loader: str, gpus: int, ips: float, wait: float) -> VerifyRun:
+    return VerifyRun(loader, gpus, 256, 256 * gpus, images_per_s=ips, data_wait_fraction=wait)
+
+
+ISSUE = [
+    _run("synthetic", 1, 4603, 0.0),
+    _run("synthetic", 2, 9190, 0.0),
+    _run("baseline", 1, 2370, 0.49),
+    _run("baseline", 2, 2892, 0.65),
+    _run("dali", 1, 4478, 0.02),
+    _run("dali", 2, 7481, 0.18),
+    _run("torch", 1, 4560, 0.004),
+    _run("torch", 2, 9074, 0.008),
+]
+
+
+@pytest.mark.parametrize(
+    ("loader", "text"),
+    [
+        ("synthetic", "synthetic (compute + communication ceiling): 2.00× on 2 GPUs, "
+                      "efficiency 100%"),
+        ("baseline", "baseline: data-bound from 1 GPU, 49% of each step waits for data (65% at 2 "
+                     "GPUs); 1.22× on 2 GPUs, 0.31 of the ceiling"),
+        ("dali", "dali: 1.67× on 2 GPUs, 0.81 of the ceiling; fed at 1 GPU (data wait 2.0%), "
+                 "data-bound from 2 GPUs: 18% of each step waits for data"),
+        ("torch", "torch: 1.99× on 2 GPUs, 0.99 of the ceiling, data wait 0.8%"),
+    ],
+)  # fmt: skip
+def test_verdicts_in_words(loader, text):
+    r = vr.compare(_result([VerifyRun(**vars(x)) for x in ISSUE]))
+    v = next(v for v in r.verdicts if v.loader == loader)
+    assert v.text == text
+    assert v.data_bound_from == {"baseline": 1, "dali": 2}.get(loader)
+
+
+@pytest.mark.parametrize(
+    ("device", "ddp", "pace", "dali2", "hinted"),
+    [
+        ("cuda", {}, None, 8289, True),  # the fifth GPU run's figures: 0.94 of 8,848, 0.7% wait
+        ("cuda", {"broadcast_buffers": False}, None, 8289, False),  # already off
+        ("cuda", {}, 0, 8289, False),  # the loader does not wait for the GPU
+        ("cuda", {}, None, 8500, False),  # 0.96: at the goal
+        ("cpu", {}, None, 8289, False),  # not a GPU run
+    ],
+)
+def test_dali_verdict_names_ddp_buffer_broadcast_when_fed_but_short(device, ddp, pace, dali2,
+                                                                      hinted):  # fmt: skip
+    runs = [_run("synthetic", 1, 4505, 0.0), _run("synthetic", 2, 8848, 0.0),
+            _run("dali", 1, 4200, 0.006), _run("dali", 2, dali2, 0.007)]  # fmt: skip
+    r = _result(runs)
+    r.config.update(device=device, ddp_options=ddp)
+    if pace is not None:
+        r.config["options_per_loader"] = {"dali": {"pace": pace}}
+    v = next(v for v in vr.compare(r).verdicts if v.loader == "dali")
+    assert ("broadcast_buffers=false" in v.text) == hinted, v.text
+    assert v.text.startswith(f"dali: {dali2 / 4200:.2f}× on 2 GPUs")
+
+
+def test_efficiency_and_ceiling_numbers():
+    r = vr.compare(_result([VerifyRun(**vars(x)) for x in ISSUE]))
+    by = {(x.loader, x.gpus): x for x in r.runs}
+    assert by["synthetic", 2].efficiency == pytest.approx(9190 / (2 * 4603))
+    assert by["baseline", 2].speedup == pytest.approx(2892 / 2370)
+    assert by["baseline", 2].ceiling_fraction == pytest.approx(2892 / 9190)
+    assert by["dali", 1].ceiling_fraction == pytest.approx(4478 / 4603)
+    assert by["torch", 1].speedup == 1.0 and by["torch", 1].base_gpus == 1
+    assert r.summary.startswith("at 2 GPUs: torch 9,074 img/s (0.99 of the ceiling) > dali")
+    assert "torch is 3.14× baseline" in r.summary
+
+
+def test_summarize_run_from_rank_series():
+    def series(rank, wait):
+        return StepSeries(
+            rank=rank, step=[2, 3], epoch=[0, 0], images=[4, 4], data_wait_s=[wait, wait],
+            forward_backward_s=[0.02, 0.02], allreduce_s=[0.005, 0.005], optimizer_s=[0.004] * 2,
+            other_s=[0.001, 0.001], step_s=[0.03 + wait, 0.03 + wait], allreduce_busy_s=[0.01] * 2,
+            host_wait_s=[wait, wait], buckets=[1, 1], window_s=2 * (0.03 + wait),
+        )  # fmt: skip
+
+    run = VerifyRun("baseline", 2, 4, 8, ranks=[series(0, 0.01), series(1, 0.03)])
+    vr.summarize_run(run)
+    assert run.steps == 2 and run.images == 16
+    assert run.window_s == pytest.approx(0.12)  # the slower rank's window
+    assert run.images_per_s == pytest.approx(16 / 0.12)
+    assert run.data_wait_fraction == pytest.approx((0.01 / 0.04 + 0.03 / 0.06) / 2)
+    assert run.data_wait_fraction_max == pytest.approx(0.5)
+    b = run.breakdown
+    assert b.step_s == pytest.approx(0.05) and b.data_wait_s == pytest.approx(0.02)
+    assert run.unaccounted_fraction == pytest.approx(0.004 / 0.2)
+    assert run.steps_vs_window == pytest.approx(1.0)
+
+
+def test_a_runs_window_weighs_overlap_and_takes_the_run_gpus_under_load():
+    from feedbench.core.timeline import MonitorSample, Timeline, summarize
+
+    samples = [
+        MonitorSample(t, [cpu, cpu], 0, 0.0, 0.0, 0.0, [gpu, 0.0], [10, 99], [clk, 100.0],
+                      [watt, 50.0])
+        for t, cpu, gpu, clk, watt in ((1.0, 10.0, 0.0, 300.0, 80.0),
+                                       (2.0, 50.0, 80.0, 1980.0, 500.0),
+                                       (3.0, 90.0, 100.0, 1800.0, 650.0))
+    ]  # fmt: skip
+    stats = summarize(Timeline("x", 1.0, samples), 1.5, 3.0, gpus=[0])
+    assert stats["cpu_percent_mean"] == pytest.approx((50 * 0.5 + 90 * 1.0) / 1.5)
+    assert stats["gpu_util_percent_mean"] == pytest.approx((80 * 0.5 + 100) / 1.5)
+    assert stats["gpu_mem_used_bytes_max"] == 10  # GPU 1 is not the run's
+    assert stats["gpu_sm_clock_mhz_min_loaded"] == 1800.0  # GPU 1's 100 MHz is not the run's
+    assert stats["gpu_power_w_mean_loaded"] == pytest.approx((500 * 0.5 + 650) / 1.5)
+    bare = [MonitorSample(1.0, [1.0], 0, 0.0, 0.0, 0.0, [50.0], [1])]  # no clock readings
+    assert "gpu_sm_clock_mhz_min_loaded" not in summarize(Timeline("x", 1.0, bare), 0.0, 1.0)
+
+
+def test_results_round_trip_and_refuse_other_files(tmp_path):
+    r = vr.compare(_result([VerifyRun(**vars(x)) for x in ISSUE]))
+    path = tmp_path / "v.json"
+    envelope.save(r, path)
+    back = verify_results.load(path)
+    assert back.runs[3].speedup == r.runs[3].speedup and back.verdicts == r.verdicts
+    data = json.loads(path.read_text())
+    assert data["schema_version"] == SCHEMA_VERSION and data["kind"] == "verify"
+    (tmp_path / "scan.json").write_text(json.dumps({**data, "kind": "scan"}))
+    with pytest.raises(FeedbenchError, match="not verify results"):
+        verify_results.load(tmp_path / "scan.json")
+    (tmp_path / "old.json").write_text(json.dumps({**data, "schema_version": 1}))
+    with pytest.raises(FeedbenchError, match="schema_version 1"):
+        verify_results.load(tmp_path / "old.json")
+
+
+# --- bad input: refused before anything starts ----------------------------------------------------
+
+
+def test_more_gpus_than_present():
+    with pytest.raises(FeedbenchError, match="asks for 4 GPUs; this machine has 2"):
+        check_gpus((1, 2, 4), 2)
+    with pytest.raises(FeedbenchError, match="no CUDA GPU"):
+        check_gpus((1,), 0)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device", "cuda", "-c", "1,64"], r"no CUDA GPU|asks for 64 GPUs; this machine has"),
+        (["--model", "vgg11"], r"unknown model 'vgg11': choose from resnet50, resnet18, smallcnn"),
+        (["--loader", "baseline,fastest"], r"unknown loader 'fastest'"),
+        (["-b", "16", "-c", "1,2"], r"has 24 images: too few for a batch of 16 on each of 2 "
+                                        r"processes \(needs at least 32\)"),
+        (["--scaling", "strong", "-b", "9"], r"global batch 9 .* does not divide by 2"),
+        (["--scaling", "sideways"], r"--scaling takes weak or strong"),
+        (["--consumers", "one"], r"--consumers takes counts like 1,2,4,8"),
+        (["--steps", "0"], r"--steps must be at least 1"),
+        (["--loader", "dali-example"], r"loader dali-example (decodes on the GPU: it needs "
+                                       r"--device cuda|is unavailable: it needs NVIDIA DALI)"),
+        (["-l", "torch", "-o", "hw_decoder_load=0.9"], r"no loader of this run takes "
+                                                       r"'hw_decoder_load' \(they take: decoder,"),
+        (["-l", "torch", "-o", "dali:prefetch=2"], r"loader dali is not in this run"),
+        (["-l", "torch", "-o", "prefetch"], r"--loader-option takes \[LOADER:\]KEY=VALUE"),
+        (["-l", "torch", "-o", "baseline:workers=2"], r"options go to the library loaders"),
+        (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
+        (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
+        (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
+        (["--sync-each-step"], r"--sync-each-step waits for the GPU: it needs --device cuda"),
+        (["--compile", "fast"], r"--compile takes off, default, reduce-overhead, "
+                                r"max-autotune-no-cudagraphs \(got 'fast'\)"),
+        (["--ddp-option", "broadcast_buffers"], r"--ddp-option takes KEY=VALUE"),
+        (["--ddp-option", "find_unused_parameters=true"],
+         r"--ddp-option 'find_unused_parameters': verify sets broadcast_buffers"),
+        (["--ddp-option", "static_graph=maybe"],
+         r"--ddp-option static_graph takes true/false, not 'maybe'"),
+    ],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(cli, dataset, tmp_path, args, message):
+    out = tmp_path / "v.json"
+    device = [] if "--device" in args else ["--device", "cpu"]
+    r = cli("verify", str(dataset), *device, *args, "--json", str(out))
+    assert r.code == 2, r.out + r.err
+    assert re.search(r"^error: ", r.err) and re.search(message, " ".join(r.err.split())), r.err
+    assert "Traceback" not in r.err and not out.exists()
+
+
+def test_missing_data(cli, tmp_path):
+    r = cli("verify", str(tmp_path / "nowhere"), "--device", "cpu")
+    assert r.code == 2 and "no such file or directory" in r.err
+
+
+@pytest.mark.parametrize("name", ["dali", "wds", "dali-example"])  # torch ships with loaders
+def test_unavailable_loader_says_what_to_install(cli, dataset, monkeypatch, name):
+    import importlib.util
+
+    # this machine may have every backend installed: take the package away for this test only
+    monkeypatch.setattr(importlib.util, "find_spec", lambda *a, **k: None)
+    r = cli("verify", str(dataset), "--device", "cpu", "--loader", f"baseline,{name}")
+    assert r.code == 2
+    assert f"error: loader {name} is unavailable: " in r.err and "install" in r.err
+
+
+def test_loader_options_go_to_the_loaders_that_take_them():
+    from feedbench.core.choices import option_value
+    from feedbench.verify.loaders import loader_options
+
+    assert option_value("0.99") == 0.99 and option_value("4") == 4
+    assert option_value("true") is True and option_value("off") is False
+    assert option_value("pil") == "pil"
+    got = loader_options(
+        ["prefetch=3", "dali:hw_decoder_load=0.99", "decoder=pil"], ["baseline", "torch", "dali"]
+    )
+    assert got == {
+        "torch": {"prefetch": 3, "decoder": "pil"},
+        "dali": {"prefetch": 3, "hw_decoder_load": 0.99},
+    }
+    assert loader_options([], ["torch"]) == {}
+
+
+def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
+    """An option travels verify → torchrun → each rank → build_loader: a bad value fails there."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--consumers", "2", "-l", "torch", "--no-synthetic", "-o",
+        "torch:decoder=nosuchdecoder", *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 3, r.out + r.err  # the run failed: a measurement failure, not bad input
+    res = verify_results.load(out)
+    assert res.config["options_per_loader"] == {"torch": {"decoder": "nosuchdecoder"}}
+    (run,) = res.runs
+    assert run.status == "failed" and "nosuchdecoder" in (run.error or ""), run.error
+    assert "settings: torch: decoder=nosuchdecoder" in " ".join(r.out.split())
+    assert "Traceback" not in r.err
+
+
+def test_ddp_options_reach_ddp_in_every_rank(cli, data, tmp_path):
+    """--ddp-option travels verify → torchrun → each rank → DistributedDataParallel, and each
+    rank records the settings it read back from DDP itself (defaults where not asked)."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--consumers", "2", "-l", "torch", "--no-synthetic",
+        "--ddp-option", "broadcast_buffers=false", "--ddp-option", "bucket_cap_mb=8",
+        *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    res = verify_results.load(out)
+    assert res.config["ddp_options"] == {"broadcast_buffers": False, "bucket_cap_mb": 8}
+    (run,) = res.runs
+    assert [s.ddp for s in run.ranks] == [
+        "broadcast_buffers=False gradient_as_bucket_view=False static_graph=False bucket_cap_mb=8"
+    ] * 2
+    assert "DDP broadcast_buffers=False, bucket_cap_mb=8" in " ".join(r.out.split())
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")),
+    reason="torch.compile (inductor) on the CPU needs a C++ compiler",
+)
+def test_compiled_model_trains_in_every_rank(cli, data, tmp_path):
+    """--compile travels to each rank, which trains the torch.compile'd DDP model (compiled in
+    the warm-up steps) with the step timing and the all-reduce hook still working."""
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--consumers", "2", "-l", "synthetic", "--compile", "default",
+        "--device", "cpu", "--steps", "4", "--warmup", "3", "-b", "4", "--json", str(out),
+        "--no-plots",
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    res = verify_results.load(out)
+    assert res.config["compile"] == "default"
+    (run,) = res.runs
+    assert run.status == "ok" and [s.compiled for s in run.ranks] == ["default", "default"]
+    assert all(len(s.step_s) == 4 and all(b >= 1 for b in s.buckets) for s in run.ranks)
+    assert "model compiled (torch.compile, default)" in " ".join(r.out.split())
+
+
+# --- real training on the CPU: 1 and 2 processes, gloo --------------------------------------------
+
+
+def _leftovers(marker: str) -> list[str]:
+    """Processes (other than this test's) whose command line mentions ``marker``."""
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(p.info["cmdline"] or [])
+            if marker in cmd and p.pid != os.getpid() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{p.pid}: {cmd[:120]}")
+        except psutil.Error:
+            continue
+    return found
+
+
+def _no_leftovers(marker: str, within_s: float = 3.0) -> list[str]:
+    deadline = time.monotonic() + within_s
+    while (left := _leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+@pytest.fixture
+def data(dataset, tmp_path) -> Path:
+    """The sample dataset under a path unique to this test (to find its processes by name)."""
+    dst = tmp_path / "verify-data"
+    shutil.copytree(dataset, dst)
+    return dst
+
+
+def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
+    out = tmp_path / "res" / "v.json"
+    r = cli("verify", str(data), "-c", "1,2", "--loader", "baseline", *FAST, "--json", str(out))
+    assert r.code == 0, r.out + r.err
+    res = verify_results.load(out)
+    assert res.config["device"] == "cpu" and res.config["backend"] == "gloo"
+    assert res.config["model"] == "smallcnn" and res.config["scaling"] == "weak"
+    assert [(x.loader, x.gpus, x.status) for x in res.runs] == [
+        ("synthetic", 1, "ok"), ("baseline", 1, "ok"), ("synthetic", 2, "ok"), ("baseline", 2, "ok")
+    ]  # fmt: skip
+    assert not res.partial and res.stopped_by is None
+    for run in res.runs:
+        assert len(run.ranks) == run.gpus and run.steps == 6 and run.warmup_steps == 2
+        assert run.images == 6 * 4 * run.gpus and run.images_per_s > 0
+        for s in run.ranks:
+            assert len(s.warmup_step_s) == 2 and len(s.step_s) == 6
+            for i in range(6):
+                parts = sum(getattr(s, p)[i] for p in verify_results.PARTS)
+                assert parts == pytest.approx(s.step_s[i], rel=1e-9)
+            assert all(b >= 1 for b in s.buckets)  # the comm hook saw every step's all-reduce
+        # the measured parts explain the step (other = loop bookkeeping), within 5%
+        assert run.unaccounted_fraction < 0.05, run.breakdown
+        # and the steps tile the measured window
+        assert run.steps_vs_window == pytest.approx(1.0, abs=0.05)
+        b = run.breakdown
+        assert b.forward_backward_s > 0 and b.optimizer_s > 0 and b.step_s > 0
+        assert 0 <= run.data_wait_fraction <= 1
+        assert run.cpu_percent_mean is not None and run.total_s > 0
+        if run.loader == "synthetic":
+            assert run.data_wait_fraction < 0.05  # nothing to wait for
+    two = {x.loader: x for x in res.runs if x.gpus == 2}
+    assert two["baseline"].efficiency is not None and two["baseline"].speedup is not None
+    assert two["baseline"].ceiling_fraction == pytest.approx(
+        two["baseline"].images_per_s / two["synthetic"].images_per_s
+    )
+    assert two["synthetic"].ceiling_fraction == pytest.approx(1.0)
+    texts = {v.loader: v.text for v in res.verdicts}
+    assert texts["baseline"].startswith("baseline: ") and "2 processes" in texts["baseline"]
+    assert "of the ceiling" in texts["baseline"]
+    assert texts["synthetic"].startswith("synthetic (compute + communication ceiling)")
+    # rendered from the results, and plotted
+    assert "DDP training throughput" in r.out and "step time" in r.out
+    assert "baseline:" in r.out and "summary:" in r.out and f"results: {out}" in r.out
+    for png in ("v-scaling.png", "v-breakdown.png"):
+        assert (out.parent / png).stat().st_size > 10_000
+    assert (out.parent / "v-logs" / "baseline-2.log").exists()
+    assert not _no_leftovers(str(data))
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split")
+def test_cpu_affinity_split_gives_each_rank_its_own_cores(cli, data, tmp_path):
+    from feedbench.verify.worker.main import cpu_list, share_of_cpus
+
+    out = tmp_path / "v.json"
+    r = cli(
+        "verify", str(data), "--consumers", "2", "-l", "baseline", "--no-synthetic",
+        "--cpu-affinity", "split", *FAST, "--json", str(out),
+    )  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    (run,) = verify_results.load(out).runs
+    mine = os.sched_getaffinity(0)
+    assert run.cpus == [cpu_list(share_of_cpus(mine, i, 2)) for i in range(2)]
+    assert run.cpus[0] != run.cpus[1]
+    assert "each rank pinned to its own share of the cores" in " ".join(r.out.split())
+
+
+def test_cpu_shares_and_lists():
+    from feedbench.verify.worker.main import cpu_list, share_of_cpus
+
+    cpus = {0, 1, 2, 3, 8, 9, 10}
+    shares = [share_of_cpus(cpus, i, 3) for i in range(3)]
+    assert shares == [[0, 1], [2, 3], [8, 9, 10]]
+    assert sorted(c for s in shares for c in s) == sorted(cpus)
+    assert cpu_list(cpus) == "0-3,8-10" and cpu_list({5}) == "5" and cpu_list([1, 3]) == "1,3"
+    with pytest.raises(FeedbenchError, match="only 1 cores"):
+        share_of_cpus({4}, 0, 2)
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.Popen:
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "feedbench.cli", "verify", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+    )  # fmt: skip
+
+
+def _ranks_training(
+    proc: subprocess.Popen, marker: str, n: int = 2, settle_s: float = 4.0
+) -> list[psutil.Process]:
+    """The verify's ``n`` rank processes, once they exist and have trained ``settle_s``."""
+    deadline = time.monotonic() + 90
+    ranks: list[psutil.Process] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        ranks = [p for p in psutil.process_iter(["cmdline"])
+                 if marker in " ".join(p.info["cmdline"] or []) and "worker --loader" in
+                 " ".join(p.info["cmdline"] or [])]  # fmt: skip
+        if len(ranks) >= n:
+            break
+        time.sleep(0.3)
+    time.sleep(settle_s)  # the ranks are training
+    assert proc.poll() is None, proc.communicate()
+    return ranks
+
+
+def test_a_rank_dying_mid_run_stops_cleanly_and_keeps_partial_results(data, tmp_path):
+    out = tmp_path / "v.json"
+    proc = _cli(str(data), "--consumers", "2", "--loader", "baseline", "--no-synthetic",
+                "--device", "cpu", "--steps", "100000", "--warmup", "1", "-b", "4", "--workers",
+                "1", "--json", str(out), "--no-plots", cwd=tmp_path)  # fmt: skip
+    # long enough for each rank to have written its part at least once while measuring
+    ranks = _ranks_training(proc, str(data), settle_s=FLUSH_EVERY_S + 3)
+    (one,) = [p for p in ranks if p.environ().get("RANK") == "1"]
+    t0 = time.monotonic()
+    one.kill()  # as a crash: no clean-up, no last words
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 3, stdout + stderr  # a failed measurement, not bad input
+    assert time.monotonic() - t0 < 60
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: baseline on 2 processes: rank 1 died (killed by signal 9)")
+    assert "partial results in" in last and "Traceback" not in stderr
+    res = verify_results.load(out)
+    assert res.partial and res.stopped_by == "failed"
+    (run,) = res.runs
+    assert run.status == "failed" and run.partial and "rank 1 died" in run.error
+    # the steps both ranks finished before the death are kept
+    assert run.steps > 0 and run.breakdown is not None and run.images_per_s > 0
+    assert {s.rank for s in run.ranks} == {0, 1}
+    assert "failed:" in stdout and "partial results" in stdout
+    assert not _no_leftovers(str(data))
+
+
+def test_ctrl_c_stops_the_run_and_writes_partial_results(data, tmp_path):
+    out = tmp_path / "v.json"
+    proc = _cli(str(data), "--consumers", "2", "--loader", "baseline", "--no-synthetic", "--device",
+                "cpu", "--steps", "100000", "--warmup", "1", "-b", "4", "--workers", "1", "--json",
+                str(out), "--no-plots", cwd=tmp_path)  # fmt: skip
+    _ranks_training(proc, str(data))
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 130, stdout + stderr
+    assert "interrupted: partial results written" in stderr and "Traceback" not in stderr
+    res = verify_results.load(out)
+    assert res.partial and res.stopped_by == "interrupted"
+    (run,) = res.runs
+    assert run.status == "interrupted" and run.error.startswith("baseline on 2 processes: interr")
+    assert not _no_leftovers(str(data))
+
+
+# --- on the GPU machine ---------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_ddp_every_loader(cli, tmp_path):
+    from feedbench.sample import SampleSpec, make_sample
+
+    data = tmp_path / "gpu-data"
+    make_sample(data, SampleSpec(images=320, seed=3, classes=10, per_shard=20))
+    gpus = "1,2" if torch.cuda.device_count() >= 2 else "1"
+    out = tmp_path / "v.json"
+    r = cli("verify", str(data), "--consumers", gpus, "--model", "resnet18", "--image-size", "64",
+            "-b", "32", "--steps", "10", "--warmup", "3", "--workers", "2",
+            "--json", str(out))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    res = verify_results.load(out)
+    assert res.config["device"] == "cuda" and res.config["backend"] == "nccl"
+    assert {"synthetic", "baseline", "torch"} <= {x.loader for x in res.runs}
+    for run in res.runs:
+        assert run.status == "ok" and run.steps == 10, run.error
+        assert run.unaccounted_fraction < 0.05, (run.loader, run.gpus, run.breakdown)
+        assert run.gpu_peak_alloc_bytes and run.gpu_peak_alloc_bytes > 0
+        assert all(b >= 1 for s in run.ranks for b in s.buckets)
+    assert all(v.text for v in res.verdicts)
