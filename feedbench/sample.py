@@ -29,7 +29,8 @@ from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
 from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
 
-FORMATS = ("jpeg", "wds", "both")
+FORMATS = ("tree", "shards", "both")
+OLD_FORMATS = {"jpeg": "tree", "wds": "shards"}  # the names before 0.2, still read
 MANIFEST = "feedbench-sample.json"
 TREE_DIR, SHARD_DIR = SAMPLE_TREE, SAMPLE_SHARDS  # what a scan of the sample root finds
 
@@ -181,23 +182,43 @@ def make_sample(
     progress: Callable[[int], None] | None = None,
 ) -> SampleSummary:
     """Write the dataset under ``out`` (``images/<class>/<key>.jpg`` and/or ``shards/*.tar``)."""
-    if spec.fmt not in FORMATS:
-        raise FeedbenchError(f"unknown format {spec.fmt!r}: choose one of {', '.join(FORMATS)}")
-    if spec.images < 1:
-        raise FeedbenchError("--images must be at least 1")
-    if spec.classes < 1:
-        raise FeedbenchError("--classes must be at least 1")
-    if not 1 <= spec.quality <= 100:
-        raise FeedbenchError("--quality must be within 1..100")
-    if spec.per_shard is not None and spec.per_shard < 1:
-        raise FeedbenchError("--per-shard must be at least 1")
+    spec = check(spec, jobs)
     root = Path(out)
     if root.exists() and not root.is_dir():
         raise FeedbenchError(f"{root} exists and is not a directory")
     if root.is_dir() and any(root.iterdir()):
         raise FeedbenchError(f"{root} is not empty: choose a new or empty directory")
-    want_tree = spec.fmt in ("jpeg", "both")
-    want_wds = spec.fmt in ("wds", "both")
+    try:
+        return _write(root, spec, jobs, progress)
+    except OSError as e:
+        where = e.filename or root
+        raise FeedbenchError(f"cannot write the sample to {where}: {e.strerror or e}") from None
+
+
+def check(spec: SampleSpec, jobs: int | None) -> SampleSpec:
+    """``spec`` checked (one line per problem), its format by today's name."""
+    fmt = OLD_FORMATS.get(spec.fmt, spec.fmt)
+    if fmt not in FORMATS:
+        raise FeedbenchError(f"unknown format {spec.fmt!r}: choose one of {', '.join(FORMATS)}")
+    for flag, value, low in (("--images", spec.images, 1), ("--classes", spec.classes, 1),
+                             ("--per-shard", spec.per_shard, 1), ("--jobs", jobs, 1)):  # fmt: skip
+        if value is not None and value < low:
+            raise FeedbenchError(f"{flag} must be at least {low} (got {value})")
+    if not 1 <= spec.quality <= 100:
+        raise FeedbenchError("--quality must be within 1..100")
+    if spec.images < spec.classes:
+        raise FeedbenchError(
+            f"--images {spec.images} cannot fill --classes {spec.classes}: every class folder "
+            "needs an image (an empty one is no ImageFolder)"
+        )
+    return SampleSpec(spec.images, spec.seed, spec.classes, spec.quality, spec.per_shard, fmt)
+
+
+def _write(
+    root: Path, spec: SampleSpec, jobs: int | None, progress: Callable[[int], None] | None
+) -> SampleSummary:
+    want_tree = spec.fmt in ("tree", "both")
+    want_wds = spec.fmt in ("shards", "both")
     tree = root / TREE_DIR
     shards = root / SHARD_DIR
     if want_tree:

@@ -69,10 +69,9 @@ def high_priority_stream(device: str | torch.device | None = None) -> torch.cuda
 
     Train on it when a GPU loader shares the GPU with training: DALI runs its kernels on its own
     streams at the default (lowest) priority, so the GPU's scheduler then serves training's
-    kernels first. On 2 H200s with the dali backend and DDP's default per-step buffer broadcast
-    it took ResNet-50 from 0.84 (0.91 on a later run) to 0.93-0.94 of the synthetic ceiling; with
-    ``DistributedDataParallel(..., broadcast_buffers=False)`` the default stream was better (0.976
-    against 0.954 of the ceiling): measure both (BENCHMARKS.md, "verify")::
+    kernels first. Whether it helps depends on the training step: with DDP's default per-step
+    buffer broadcast it did, with ``broadcast_buffers=False`` the default stream did better;
+    measure both (``feedbench verify --stream-priority high``; BENCHMARKS.md, "verify")::
 
         stream = loaders.high_priority_stream()
         with torch.cuda.stream(stream):
@@ -125,10 +124,9 @@ def build_loader(
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image
-      trees, mapping for shards, the faster of the two for each on an H200 host), ``pace``
-      (GPU: before each batch the host waits for the caller's stream, so training does not run
-      ahead of DALI's GPU work; 1 by default, measured faster under DDP training; k lets the
-      host be k - 1 steps ahead; 0 never waits).
+      trees, mapping for shards), ``pace`` (GPU: before each batch the host waits for the
+      caller's stream, so training does not run ahead of DALI's GPU work; 1 by default; k lets
+      the host be k - 1 steps ahead; 0 never waits), ``decode`` (auto, gpu or cpu).
 
     An option the backend does not take is a ``ValueError`` naming the ones it does
     (:func:`backend_options`).

@@ -13,7 +13,7 @@ or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the ha
 decoder for ``hw_decoder_load`` of the images, 0.99 by default), ``fn.resize`` to the output
 size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW,
 or HWC when ``channels_last``). Files are read with plain reads for trees and mapped for shards
-(``dont_use_mmap``; the faster of the two for each, measured on an H200 host). Without a GPU
+(``dont_use_mmap``; the faster of the two for each, BENCHMARKS.md "Loaders"). Without a GPU
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
 tests run it. ``decode="cpu"`` on a GPU decodes, crops and resizes on the CPU and normalises on
 the GPU (DECODE ON THE CPU below).
@@ -27,7 +27,7 @@ an EMPTY last batch.) This loader then trims the last batch so that every rank y
 shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as DistributedSampler.
 
 On a GPU the host waits for the caller's stream before handing over each batch (``pace``, see
-PACING below): measured faster under training than letting the host run ahead.
+PACING below).
 
 Batches live in DALI's output buffers, which it reuses: use (or copy) a batch before asking for the
 next one, as a training step does.
@@ -62,34 +62,21 @@ from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
-# Share of the JPEGs for the hardware JPEG decoder (A100/H100/H200). DALI's default is 0.65; 0.99
-# measured better on one H200 both alone (tree 24.2k vs 20.3k img/s, shards 24.9k vs 21.0k) and
-# under ResNet-50 training (2 GPUs: 0.91 vs 0.84 of the synthetic ceiling): the hardware engine
-# frees the SMs that training needs. BENCHMARKS.md, "Loaders" and "verify".
+# Share of the JPEGs for the hardware JPEG decoder (A100/H100/H200), above DALI's default 0.65:
+# the hardware engine leaves the SMs to training (BENCHMARKS.md, "Loaders" and "verify").
 HW_DECODER_LOAD = 0.99
 # DECODE ON THE CPU (``decode="cpu"`` on a GPU): decode, random crop and resize on DALI's CPU
-# threads, DALI copies the uint8 batch to the GPU and only normalises there, so training keeps the
-# SMs. Measured on 2 H200s (ResNet-50, 14 threads per rank, 2026-11-30): 0.89-0.92 of the
-# synthetic ceiling with 2.8-3.8% data wait, against 0.93-0.94 for GPU decode: the CPU (28 of 32
-# cores busy) is the limit; DALI's CPU decode is costlier per image than the torch backend's
-# DCT-scaled one. Off by default; for hosts whose GPUs are the scarce part.
+# threads; DALI copies the uint8 batch to the GPU and only normalises there, so training keeps
+# the SMs and the CPU does the rest: for hosts whose GPUs are the scarce part. Off by default
+# (BENCHMARKS.md, "Where the DALI loader's last 7% goes").
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits).
-# A training loop without a synchronising call otherwise runs one or more steps ahead of the GPU,
-# keeping it saturated with training kernels queued at (or above) the priority of DALI's; DALI's
-# decode, resize and normalise kernels for the next batches then wait behind them, and training
-# waits for data. Measured on 2 H200s (ResNet-50 bf16, 256/GPU, training on the high-priority
-# stream, 6 DALI threads; 2026-11-30): paced 0.93 of the synthetic ceiling (8,236-8,254 img/s in
-# 3 runs, 0.6-0.8% data wait) against 0.86-0.89 unpaced (7,540-7,847 img/s in 10 runs, 4-5.5%
-# data wait; copying out of DALI's buffers on a side stream did not help). BENCHMARKS.md, verify.
-# The explicit pace reproduced the implicit wait it replaced (0.931, fourth run). What the wait
-# costs depends on DDP (fifth run, 2026-11-30): a synthetic run made to wait the same way reached
-# 0.959 of its ceiling with DDP's per-step buffer broadcast (broadcast_buffers=True, launched by
-# the host right after the wait, while the GPU has nothing queued) and 1.00 without it. With
-# broadcast_buffers=False this loader reached 0.97-0.98 of the ceiling (8,637-8,695 img/s, 1.2-1.3%
-# data wait, 3 runs), best with training on the default stream (0.976 against 0.954 on the
-# high-priority one; with the broadcast, high was better: 0.937 against 0.914).
+# A training loop without a synchronising call otherwise runs ahead of the GPU, keeping it full
+# of training kernels queued at (or above) the priority of DALI's; DALI's kernels for the next
+# batches then wait behind them, and training waits for data. What the wait costs depends on the
+# step (DDP's per-step buffer broadcast); BENCHMARKS.md, "Pacing the DALI loader" and "The DALI
+# loader at 0.97".
 
 
 def _pipe_seed(seed: int, rank: int, epoch: int) -> int:
@@ -166,8 +153,8 @@ class DaliLoader(LoaderBase):
             raise ValueError(f"pace takes 0 (off), 1 or more steps, not {pace!r}")
         self.pace = pace
         self._marks: collections.deque = collections.deque()  # see PACING
-        # None: plain reads for image trees (one mmap + munmap per small file cost DALI's reader
-        # 10-20% on the H200 host), mapping for shards (a few large files: faster mapped there)
+        # None: plain reads for image trees (a map + unmap per small file costs more than a read),
+        # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
         self.gpu = self.device.type == "cuda"
         if decode == "gpu" and not self.gpu:
@@ -193,116 +180,27 @@ class DaliLoader(LoaderBase):
 
     # --- the pipeline -------------------------------------------------------------------------
     def _build(self, epoch: int) -> None:
-        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali import pipeline_def
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
-
-        info, size = self.info, self.image_size
-        decode_device = "mixed" if self.decode == "gpu" else "cpu"
-        reader_args = dict(
-            shard_id=info.rank,  # the GLOBAL rank: the local rank only picks the GPU
-            num_shards=info.world_size,
-            pad_last_batch=True,
-            random_shuffle=self.train,
-            initial_fill=max(1, self.shuffle_buffer),
-            prefetch_queue_depth=self.prefetch,
-            dont_use_mmap=self.dont_use_mmap,
-            name=READER,
-        )
-        index = self.index
-        gpu_args = {}
-        if self.decode == "gpu":
-            gpu_args = dict(
-                hw_decoder_load=self.hw_decoder_load,
-                preallocate_width_hint=5980,
-                preallocate_height_hint=6430,
-                device_memory_padding=211_025_920,
-                host_memory_padding=140_544_512,
-            )
 
         @pipeline_def(
             batch_size=self.batch_size,
             num_threads=self.num_threads,
             device_id=self.device.index if self.gpu else None,
-            seed=_pipe_seed(self.seed, info.rank, epoch),
+            seed=_pipe_seed(self.seed, self.info.rank, epoch),
             prefetch_queue_depth=self.prefetch,
         )
         def pipeline():
-            if index.kind == "tree":
-                assert index.paths is not None
-                files = [index.paths[int(i)] for i in self._order]
-                jpegs, keys = fn.readers.file(
-                    files=files,
-                    labels=[int(i) for i in self._order],
-                    stick_to_shard=False,
-                    **reader_args,
-                )
-                extra = keys
-            else:
-                jpegs, cls = fn.readers.webdataset(
-                    paths=index.shards,
-                    index_paths=self._index_paths,
-                    ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
-                    missing_component_behavior="error",
-                    shuffle_after_epoch=self.train,
-                    shuffle_after_epoch_seed=self.seed % (2**31 - 1),
-                    **reader_args,
-                )
-                extra = fn.pad(
-                    fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape"),
-                    fill_value=0,
-                    shape=[LABEL_DIGITS],
-                )
-            if self.train:
-                images = fn.decoders.image_random_crop(
-                    jpegs,
-                    device=decode_device,
-                    output_type=types.RGB,
-                    random_area=[0.08, 1.0],
-                    random_aspect_ratio=[3 / 4, 4 / 3],
-                    num_attempts=100,
-                    **gpu_args,
-                )
-                images = fn.resize(
-                    images,
-                    resize_x=size,
-                    resize_y=size,
-                    interp_type=types.INTERP_LINEAR,
-                    antialias=True,
-                )
-                mirror = fn.random.coin_flip(probability=0.5)
-            else:
-                images = fn.decoders.image(
-                    jpegs, device=decode_device, output_type=types.RGB, **gpu_args
-                )
-                images = fn.resize(
-                    images,
-                    resize_shorter=round(size / 0.875),
-                    interp_type=types.INTERP_LINEAR,
-                    antialias=True,
-                )
-                mirror = 0
-            if self.gpu and self.decode == "cpu":
-                images = images.gpu()  # uint8, a quarter of the float batch's bytes
-            images = fn.crop_mirror_normalize(
-                images,
-                dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,
-                output_layout="HWC" if self.channels_last else "CHW",
-                crop=(size, size),
-                mean=[m * 255.0 for m in IMAGENET_MEAN],
-                std=[s * 255.0 for s in IMAGENET_STD],
-                mirror=mirror,
-            )
+            jpegs, extra = self._read()
+            images = self._normalise(*self._decode(jpegs))
             outputs = [images, extra]
-            if self.return_keys and index.kind == "shards":
-                info_bytes = fn.get_property(jpegs, key="source_info")
-                outputs.append(fn.pad(info_bytes, fill_value=0, shape=[1024]))
+            if self._with_source:
+                outputs.append(self._source(jpegs))
             return tuple(outputs)
 
         self.close()
         pipe = pipeline()
-        names = ["images", "extra"]
-        if self.return_keys and index.kind == "shards":
-            names.append("source")
+        names = ["images", "extra"] + (["source"] if self._with_source else [])
         try:
             self._iterator = DALIGenericIterator(
                 [pipe],
@@ -315,6 +213,115 @@ class DaliLoader(LoaderBase):
             raise self._diagnose(e) from None
         self._dali_epoch = epoch
         self.shard_id = int(pipe.reader_meta(READER)["shard_id"])
+
+    # The graph, piece by piece: called inside the pipeline definition. A user extending the
+    # pipeline overrides one of these (e.g. ``_decode`` for other augmentations).
+    @property
+    def _with_source(self) -> bool:
+        return self.return_keys and self.index.kind == "shards"
+
+    def _reader_args(self) -> dict:
+        return dict(
+            shard_id=self.info.rank,  # the GLOBAL rank: the local rank only picks the GPU
+            num_shards=self.info.world_size,
+            pad_last_batch=True,
+            random_shuffle=self.train,
+            initial_fill=max(1, self.shuffle_buffer),
+            prefetch_queue_depth=self.prefetch,
+            dont_use_mmap=self.dont_use_mmap,
+            name=READER,
+        )
+
+    def _read(self):
+        """(encoded images, keys or label digits) from the file or webdataset reader."""
+        from nvidia.dali import fn
+
+        index = self.index
+        if index.kind == "tree":
+            assert index.paths is not None
+            files = [index.paths[int(i)] for i in self._order]
+            labels = [int(i) for i in self._order]  # the sample index: every batch's keys
+            return fn.readers.file(
+                files=files, labels=labels, stick_to_shard=False, **self._reader_args()
+            )
+        jpegs, cls = fn.readers.webdataset(
+            paths=index.shards,
+            index_paths=self._index_paths,
+            ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
+            missing_component_behavior="error",
+            shuffle_after_epoch=self.train,
+            shuffle_after_epoch_seed=self.seed % (2**31 - 1),
+            **self._reader_args(),
+        )
+        digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
+        return jpegs, fn.pad(digits, fill_value=0, shape=[LABEL_DIGITS])
+
+    def _decode_args(self) -> dict:
+        if self.decode != "gpu":
+            return {"device": "cpu"}
+        return dict(
+            device="mixed",
+            hw_decoder_load=self.hw_decoder_load,
+            preallocate_width_hint=5980,
+            preallocate_height_hint=6430,
+            device_memory_padding=211_025_920,
+            host_memory_padding=140_544_512,
+        )
+
+    def _decode(self, jpegs):
+        """(images at the output size or larger, mirror flag): train = RandomResizedCrop and a
+        random flip; eval = resize the shorter side to size / 0.875."""
+        from nvidia.dali import fn, types
+
+        size = self.image_size
+        if self.train:
+            images = fn.decoders.image_random_crop(
+                jpegs,
+                output_type=types.RGB,
+                random_area=[0.08, 1.0],
+                random_aspect_ratio=[3 / 4, 4 / 3],
+                num_attempts=100,
+                **self._decode_args(),
+            )
+            images = fn.resize(
+                images,
+                resize_x=size,
+                resize_y=size,
+                interp_type=types.INTERP_LINEAR,
+                antialias=True,
+            )
+            return images, fn.random.coin_flip(probability=0.5)
+        images = fn.decoders.image(jpegs, output_type=types.RGB, **self._decode_args())
+        images = fn.resize(
+            images,
+            resize_shorter=round(size / 0.875),
+            interp_type=types.INTERP_LINEAR,
+            antialias=True,
+        )
+        return images, 0
+
+    def _normalise(self, images, mirror):
+        """Center crop to the output size, flip, ImageNet mean/std, CHW (HWC: channels_last)."""
+        from nvidia.dali import fn, types
+
+        if self.gpu and self.decode == "cpu":
+            images = images.gpu()  # uint8, a quarter of the float batch's bytes
+        size = self.image_size
+        return fn.crop_mirror_normalize(
+            images,
+            dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,
+            output_layout="HWC" if self.channels_last else "CHW",
+            crop=(size, size),
+            mean=[m * 255.0 for m in IMAGENET_MEAN],
+            std=[s * 255.0 for s in IMAGENET_STD],
+            mirror=mirror,
+        )
+
+    def _source(self, jpegs):
+        """Each sample's "shard:member" (shards), padded to a fixed length: its key."""
+        from nvidia.dali import fn
+
+        return fn.pad(fn.get_property(jpegs, key="source_info"), fill_value=0, shape=[1024])
 
     # --- one epoch ----------------------------------------------------------------------------
     def _epoch_batches(self, epoch: int):

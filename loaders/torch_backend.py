@@ -243,12 +243,10 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         The iterator goes on into the next epoch (:class:`_EpochBatchSampler` is endless), so its
         workers never wait for the training loop to start the next epoch, and DataLoader's fixed
         turn of workers runs on instead of restarting (which gave the first workers the extra
-        batch of every epoch). With few batches per epoch per worker this is +19% on a 2-core
-        VM (BENCHMARKS.md, "torch backend across epoch boundaries"), and under ResNet-50 training
-        on one H200 it took the backend from 33-39% data wait (2,719-3,009 img/s) to 0.0%
-        (4,432-4,485 img/s, 0.99 of the synthetic ceiling). It is restarted (in-flight batches
-        dropped) when the epoch asked for is not the one it is on, e.g. after an epoch left
-        midway or ``set_epoch`` to another epoch (:class:`WorkersAcrossEpochs`).
+        batch of every epoch; BENCHMARKS.md, "torch backend across epoch boundaries"). It is
+        restarted (in-flight batches dropped) when the epoch asked for is not the one it is on,
+        e.g. after an epoch left midway or ``set_epoch`` to another epoch
+        (:class:`WorkersAcrossEpochs`).
         """
         batches = self._epoch_items(epoch, len(self.batch_sampler), self.batch_sampler.set_epoch)
         for images, labels, keys, skipped in batches:

@@ -22,8 +22,8 @@ at least ``W × K`` shards (every worker of every rank needs one), else :class:`
 
 Workers go on into the next epoch: one DataLoader iterator runs across epochs (each worker's stream
 is endless, every chunk tagged with its epoch), so no worker idles at an epoch's end waiting for the
-training loop's next ``iter()``; on 2 H200s each epoch began with a ~1 s stall before this (every
-worker had one batch per epoch). Workers with smaller shares pad their epoch with empty chunks,
+training loop's next ``iter()`` (BENCHMARKS.md, "wds backend across epoch boundaries"). Workers
+with smaller shares pad their epoch with empty chunks,
 which keeps DataLoader's strict worker turn aligned with epochs. The starting epoch reaches the
 persistent workers through a shared-memory tensor set before the iterator (re)starts: at the first
 epoch, after an epoch left midway, or on ``set_epoch`` to other than the next epoch.

@@ -39,101 +39,153 @@ def spread(values: list[float], fmt: str) -> str:
     return f"{format(s['mean'], fmt)} ± {format(s['std'], fmt)}"
 
 
-def main(paths: list[str]) -> int:
-    if not paths:
-        print(__doc__, file=sys.stderr)
-        return 2
+RUNS_HEAD = (
+    "| file | loader | options | stream | CPUs | workers | GPUs | img/s | ceiling | of ceiling "
+    "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % "
+    "| SM clock min MHz | power W |"
+)
+RUNS_RULE = "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+VARIANTS_HEAD = "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |"
+VARIANTS_RULE = "|---|---|---:|---:|---:|---:|---:|---:|"
+
+
+def setting(cfg: dict) -> dict:
+    """What distinguishes a results file's runs: loader/DDP options, stream, CPUs, synced."""
+    return {
+        "opts": " ".join(
+            [
+                *(cfg.get("loader_options") or []),
+                *(f"ddp:{k}={v}" for k, v in (cfg.get("ddp_options") or {}).items()),
+                *([f"compile={cfg['compile']}"] if cfg.get("compile", "off") != "off" else []),
+            ]
+        ),
+        "prio": cfg.get("stream_priority", "normal"),
+        "cpu": cfg.get("cpu_affinity", "inherit"),
+        "synced": bool(cfg.get("sync_each_step")),
+    }
+
+
+def load_runs(paths: list[str]) -> list[tuple[str, dict, dict]]:
+    """(file stem, its setting, run) for every run of every file, in order."""
     runs = []
     for p in paths:
         raw = Path(p).read_bytes()
         doc = json.loads(gzip.decompress(raw) if p.endswith(".gz") else raw)
-        cfg = doc.get("config", {})
-        setting = {
-            "opts": " ".join(
-                [
-                    *(cfg.get("loader_options") or []),
-                    *(f"ddp:{k}={v}" for k, v in (cfg.get("ddp_options") or {}).items()),
-                    *([f"compile={cfg['compile']}"] if cfg.get("compile", "off") != "off" else []),
-                ]
-            ),
-            "prio": cfg.get("stream_priority", "normal"),
-            "cpu": cfg.get("cpu_affinity", "inherit"),
-            "synced": bool(cfg.get("sync_each_step")),
-        }
+        st = setting(doc.get("config", {}))
         for r in doc.get("runs", []):
-            runs.append((Path(p).name.split(".")[0], setting, r))
-    ok_synth = [  # the ceiling: synthetic runs as they are (not the --sync-each-step diagnostic)
-        (s, r)
-        for s, st, r in runs
-        if r["loader"] == "synthetic" and r.get("status") == "ok" and not st["synced"]
-    ]
-    by_repeat = {
-        (split_stem(s)[1], r["gpus"]): r["images_per_s"] for s, r in ok_synth if split_stem(s)[1]
-    }
-    by_file = {(s, r["gpus"]): r["images_per_s"] for s, r in ok_synth}
-    first: dict[int, float] = {}
-    for _, r in ok_synth:
-        first.setdefault(r["gpus"], r["images_per_s"])
+            runs.append((Path(p).name.split(".")[0], st, r))
+    return runs
 
-    def ceiling(stem: str, gpus: int) -> float | None:
+
+class Ceilings:
+    """Each run's ceiling: the synthetic run of its repeat, else of its file, else the first."""
+
+    def __init__(self, runs: list[tuple[str, dict, dict]]) -> None:
+        # the ceiling: synthetic runs as they are (not the --sync-each-step diagnostic)
+        ok_synth = [
+            (s, r)
+            for s, st, r in runs
+            if r["loader"] == "synthetic" and r.get("status") == "ok" and not st["synced"]
+        ]
+        self.by_repeat = {
+            (split_stem(s)[1], r["gpus"]): r["images_per_s"]
+            for s, r in ok_synth
+            if split_stem(s)[1]
+        }
+        self.by_file = {(s, r["gpus"]): r["images_per_s"] for s, r in ok_synth}
+        self.first: dict[int, float] = {}
+        for _, r in ok_synth:
+            self.first.setdefault(r["gpus"], r["images_per_s"])
+
+    def __call__(self, stem: str, gpus: int) -> float | None:
         rep = split_stem(stem)[1]
-        return by_repeat.get((rep, gpus)) or by_file.get((stem, gpus)) or first.get(gpus)
-
-    print(
-        "| file | loader | options | stream | CPUs | workers | GPUs | img/s | ceiling | of ceiling "
-        "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % "
-        "| SM clock min MHz | power W |"
-    )
-    print("|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    groups: dict[tuple[str, str, int], list[dict]] = {}
-    for stem, st, r in runs:
-        b = r.get("breakdown") or {}
-        ceil = ceiling(stem, r["gpus"])
-        frac = r["images_per_s"] / ceil if ceil else None
-
-        def ms(key: str, b=b) -> str:
-            return f"{b[key] * 1e3:.1f}" if b.get(key) is not None else "–"
-
-        wait = r.get("data_wait_fraction")
-        util = r.get("gpu_util_percent_mean")
-        clock, watt = r.get("gpu_sm_clock_mhz_min"), r.get("gpu_power_w_mean")
-        print(
-            f"| {stem} | {r['loader']}{' (synced)' if st['synced'] else ''} "
-            f"| {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
-            f"| {r.get('workers') or '–'} "
-            f"| {r['gpus']} | {r['images_per_s']:,.0f} | {f'{ceil:,.0f}' if ceil else '–'} "
-            f"| {f'{frac:.3f}' if frac else '–'} "
-            f"| {f'{wait * 100:.1f}%' if wait is not None else '–'} "
-            f"| {ms('forward_backward_s')} | {ms('allreduce_s')} | {ms('optimizer_s')} "
-            f"| {ms('step_s')} | {f'{util:.0f}' if util is not None else '–'} "
-            f"| {f'{clock:,.0f}' if clock is not None else '–'} "
-            f"| {f'{watt:.0f}' if watt is not None else '–'} |"
-            + ("" if r.get("status") == "ok" else f" {r.get('status')}: {r.get('error')}")
+        return (
+            self.by_repeat.get((rep, gpus))
+            or self.by_file.get((stem, gpus))
+            or self.first.get(gpus)
         )
-        if r.get("status") == "ok":
-            key = (split_stem(stem)[0], r["loader"], r["gpus"])
-            groups.setdefault(key, []).append(
-                {
-                    "ips": r["images_per_s"],
-                    "frac": frac,
-                    "wait": wait,
-                    "fb": b.get("forward_backward_s"),
-                }
-            )
+
+
+def _opt(x: float | None, fmt: str) -> str:
+    return format(x, fmt) if x is not None else "–"
+
+
+def run_row(stem: str, st: dict, r: dict, ceil: float | None) -> str:
+    """One run's row of the first table."""
+    b = r.get("breakdown") or {}
+    frac = r["images_per_s"] / ceil if ceil else None
+
+    def ms(key: str) -> str:
+        return f"{b[key] * 1e3:.1f}" if b.get(key) is not None else "–"
+
+    wait = r.get("data_wait_fraction")
+    return (
+        f"| {stem} | {r['loader']}{' (synced)' if st['synced'] else ''} "
+        f"| {st['opts'] or '–'} | {st['prio']} | {st['cpu']} "
+        f"| {r.get('workers') or '–'} "
+        f"| {r['gpus']} | {r['images_per_s']:,.0f} | {f'{ceil:,.0f}' if ceil else '–'} "
+        f"| {f'{frac:.3f}' if frac else '–'} "
+        f"| {f'{wait * 100:.1f}%' if wait is not None else '–'} "
+        f"| {ms('forward_backward_s')} | {ms('allreduce_s')} | {ms('optimizer_s')} "
+        f"| {ms('step_s')} | {_opt(r.get('gpu_util_percent_mean'), '.0f')} "
+        f"| {_opt(r.get('gpu_sm_clock_mhz_min'), ',.0f')} "
+        f"| {_opt(r.get('gpu_power_w_mean'), '.0f')} |"
+        + ("" if r.get("status") == "ok" else f" {r.get('status')}: {r.get('error')}")
+    )
+
+
+def variant_groups(runs: list[tuple[str, dict, dict]], ceiling: Ceilings) -> dict:
+    """(variant, loader, GPUs) → the figures of its ok runs, one entry per repeat."""
+    groups: dict[tuple[str, str, int], list[dict]] = {}
+    for stem, _, r in runs:
+        if r.get("status") != "ok":
+            continue
+        ceil = ceiling(stem, r["gpus"])
+        key = (split_stem(stem)[0], r["loader"], r["gpus"])
+        groups.setdefault(key, []).append(
+            {
+                "ips": r["images_per_s"],
+                "frac": r["images_per_s"] / ceil if ceil else None,
+                "wait": r.get("data_wait_fraction"),
+                "fb": (r.get("breakdown") or {}).get("forward_backward_s"),
+            }
+        )
+    return groups
+
+
+def variant_row(name: str, loader: str, gpus: int, rows: list[dict]) -> str:
+    """One variant's mean ± std over its repeats."""
+
+    def col(key: str, scale: float = 1.0) -> list[float]:
+        return [x[key] * scale for x in rows if x[key] is not None]
+
+    return (
+        f"| {name} | {loader} | {gpus} | {len(rows)} | {spread(col('ips'), ',.0f')} "
+        f"| {spread(col('frac'), '.3f')} | {spread(col('wait', 100), '.1f')} "
+        f"| {spread(col('fb', 1e3), '.1f')} |"
+    )
+
+
+def main(paths: list[str]) -> int:
+    if paths[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if not paths:
+        print(__doc__, file=sys.stderr)
+        return 2
+    runs = load_runs(paths)
+    ceiling = Ceilings(runs)
+    print(RUNS_HEAD)
+    print(RUNS_RULE)
+    for stem, st, r in runs:
+        print(run_row(stem, st, r, ceiling(stem, r["gpus"])))
+    groups = variant_groups(runs, ceiling)
     if any(len(v) > 1 for v in groups.values()):
         print()
-        print("| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |")
-        print("|---|---|---:|---:|---:|---:|---:|---:|")
+        print(VARIANTS_HEAD)
+        print(VARIANTS_RULE)
         for (name, loader, gpus), rows in groups.items():
-
-            def col(key: str, scale: float = 1.0, rows=rows) -> list[float]:
-                return [x[key] * scale for x in rows if x[key] is not None]
-
-            print(
-                f"| {name} | {loader} | {gpus} | {len(rows)} | {spread(col('ips'), ',.0f')} "
-                f"| {spread(col('frac'), '.3f')} | {spread(col('wait', 100), '.1f')} "
-                f"| {spread(col('fb', 1e3), '.1f')} |"
-            )
+            print(variant_row(name, loader, gpus, rows))
     return 0
 
 

@@ -1,6 +1,7 @@
 import hashlib
 import io
 import json
+import os
 import tarfile
 from pathlib import Path
 
@@ -52,9 +53,10 @@ def test_layout_tree_and_shards(dataset):
     assert manifest["summary"]["shards"] == 4
 
 
-def test_format_choice(tmp_path):
-    make_sample(tmp_path / "j", SampleSpec(images=3, fmt="jpeg"), jobs=1)
-    make_sample(tmp_path / "w", SampleSpec(images=3, fmt="wds"), jobs=1)
+@pytest.mark.parametrize(("tree", "shards"), [("tree", "shards"), ("jpeg", "wds")])
+def test_format_choice(tmp_path, tree, shards):  # jpeg and wds: the names before 0.2
+    make_sample(tmp_path / "j", SampleSpec(images=3, classes=3, fmt=tree), jobs=1)
+    make_sample(tmp_path / "w", SampleSpec(images=3, classes=3, fmt=shards), jobs=1)
     assert (tmp_path / "j/images").is_dir() and not (tmp_path / "j/shards").exists()
     assert (tmp_path / "w/shards").is_dir() and not (tmp_path / "w/images").exists()
 
@@ -87,25 +89,44 @@ def test_class_tint_survives_decoding(dataset):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"images": 0}, "--images"),
+        ({"images": 0}, "--images must be at least 1"),
         ({"images": 2, "fmt": "png"}, "unknown format"),
         ({"images": 2, "quality": 0}, "--quality"),
+        ({"images": 5, "classes": 10}, "--images 5 cannot fill --classes 10"),
+        ({"images": 5, "classes": 5, "jobs": 0}, "--jobs must be at least 1"),
     ],
 )
 def test_bad_spec(tmp_path, kwargs, message):
+    jobs = kwargs.pop("jobs", 1)
     with pytest.raises(FeedbenchError, match=message):
-        make_sample(tmp_path / "x", SampleSpec(**kwargs), jobs=1)
+        make_sample(tmp_path / "x", SampleSpec(**kwargs), jobs=jobs)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_place_it_cannot_write_is_one_line(cli, tmp_path):
+    r = cli("sample", "/proc/self/feedbench-sample", "--images", "2", "--classes", "2")
+    assert r.code == 2 and r.err.startswith("error: cannot write the sample to /proc/self/")
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into a mode-0555 folder")
+def test_a_read_only_folder_is_one_line(cli, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    r = cli("sample", str(locked), "--images", "2", "--classes", "2")
+    assert r.code == 2 and r.err.startswith(f"error: cannot write the sample to {locked}")
 
 
 def test_refuses_non_empty_directory(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     with pytest.raises(FeedbenchError, match="not empty"):
-        make_sample(tmp_path, SampleSpec(images=2), jobs=1)
+        make_sample(tmp_path, SampleSpec(images=2, classes=2), jobs=1)
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
 def test_cli_sample(cli, tmp_path):
-    r = cli("sample", str(tmp_path / "o"), "--images", "5", "--format", "wds", "--jobs", "1")
+    r = cli("sample", str(tmp_path / "o"), "-n", "5", "--classes", "5", "--format", "shards",
+            "--jobs", "1")  # fmt: skip
     assert r.code == 0, r.err
     assert "5 images" in r.out
     data = (tmp_path / "o/shards/shard-00000.tar").read_bytes()

@@ -84,3 +84,134 @@ def test_trace_streams_bad_input_is_one_line(tmp_path):
         )  # fmt: skip
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
         assert r.stderr.startswith(f"error: {path}: {why}"), r.stderr
+
+
+def _spread(mean: float, std: float, n: int) -> dict:
+    return {"n": n, "mean": mean, "std": std, "min": mean - std, "max": mean + std, "cv": None}
+
+
+def _bench_scan_results() -> dict:
+    """A bench_scan results dict: shards read (fio, feedbench w0, N jobs), decode with plain ×N."""
+    machine = {
+        "cpu_model": "Test CPU", "usable_cores": 2, "logical_cpus": 4, "memory_bytes": 8 * 2**30,
+        "kernel": "6.1", "fio": "fio-3.33", "python": "3.11.7", "pillow": "11.0.0",
+        "libjpeg_turbo": "3.0.0", "gpus": [],
+        "data_filesystem": {"fstype": "ext4", "device": "/dev/vda"},
+    }  # fmt: skip
+    shards = {
+        "files": 16, "bytes": 200e6, "repeats": 3,
+        "fio": {"mb_per_s": _spread(1000, 10, 3), "other_cores_max": 0.05,
+                "runs": [{"mb_per_s": 1000, "resident_before": 0.025}]},
+        "feedbench_w0": {"mb_per_s": _spread(900, 20, 3), "other_cores_max": 0.01,
+                         "read_stage_mb_per_s": _spread(1100, 30, 3), "runs": []},
+        "ratio_feedbench_w0_to_fio": 0.9,
+        "ratio_paired_w0": _spread(0.9, 0.02, 3),
+        "parallel": {
+            "jobs": 2, "fio": {"mb_per_s": _spread(1500, 0, 3), "other_cores_max": 0.1},
+            "feedbench": {"mb_per_s": _spread(1200, 0, 3), "other_cores_max": 0.02},
+            "ratio_feedbench_to_fio": 0.8, "ratio_paired": _spread(0.8, 0, 3),
+        },
+    }  # fmt: skip
+    point2 = {
+        "consumers": 2, "img_per_s": _spread(171, 3, 2), "per_consumer": 85.5, "efficiency": 0.85,
+        "other_cores_max": 0.2,
+        "plain_parallel": {"img_per_s": _spread(190, 4, 2), "efficiency": 0.95,
+                           "other_cores_max": 0.1},
+        "ratio_to_plain_parallel": 0.9, "ratio_to_plain_parallel_paired": _spread(0.9, 0.01, 2),
+    }  # fmt: skip
+    decode = {
+        "files": 1200,
+        "plain_python": {"img_per_s": _spread(100, 2, 2), "other_cores_max": 0.03},
+        "feedbench": [point2],
+        "ratio_feedbench1_to_plain": 0.95,
+        "min_efficiency_up_to_cores": 0.85,
+        "plain_parallel": {"batch": 64, "min_ratio_feedbench_to_plain_parallel": 0.9,
+                           "min_ratio_at_consumers": 2, "goal_met": True},
+    }  # fmt: skip
+    return {
+        "kind": "bench_scan", "label": "testbox", "date": "2026-12-01",
+        "command": "scripts/bench_scan.py --make 200", "config": {"cores": 2},
+        "machine": machine, "read": {"shards": shards}, "decode": decode, "quiet_waited_s": 4.0,
+    }  # fmt: skip
+
+
+def test_bench_scan_renders_its_markdown_from_results(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(_bench_scan_results()))
+    r = subprocess.run(
+        [sys.executable, str(SCRIPTS / "bench_scan.py"), "--render", str(path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("Machine: testbox — Test CPU, 2 usable cores (4 logical), 8 GiB")
+    assert "fio-3.33; Python 3.11.7, Pillow 11.0.0 (libjpeg-turbo 3.0.0); 2026-12-01." in lines[0]
+    assert lines[2] == "Command: `scripts/bench_scan.py --make 200`"
+    read_head = (
+        "| layout | files, MB | fio | feedbench w0 | w0 / fio (paired) | ≥ 0.9 | feedbench w1 "
+        "| Python read() | Python readinto | cat | other load |"
+    )
+    at = lines.index(read_head)
+    assert lines[at + 1] == "|---|---|---|---|---|---|---|---|---|---|---|"
+    assert lines[at + 2] == (
+        "| shards | 16, 200 | 1,000 ± 10 | 900 ± 20 | 0.900 (0.90 ± 0.02) | yes | – | – | – | – "
+        "| 0.05 |"
+    )
+    assert "| shards | 2 | 1,500 ± 0 | 1,200 ± 0 | 0.800 (0.80 ± 0.00) | **no** | 0.10 |" in lines
+    assert "seconds waiting for it), MB/s: shards 1,100 ± 30." in r.stdout
+    assert "| plain Python (read + PIL convert) | 1 | 100.0 ± 2.0 | | | | | | | | 0.03 |" in lines
+    assert (
+        "| feedbench --workers 0 | 2 | 171.0 ± 3.0 | 85.5 | 0.850 | **no** | 190.0 ± 4.0 | 0.950 "
+        "| 0.900 (0.90 ± 0.01) | yes | 0.20 |"
+    ) in lines
+    assert (
+        "feedbench (1 consumer) / plain Python = 0.950; lowest efficiency for 2 ≤ N ≤ 2 = 0.850."
+        in r.stdout
+    )
+    assert "≥ 0.9 for N ≤ 2: lowest 0.900 (N = 2): met." in r.stdout
+    assert "Cold check: at most 2.5% of the data was in the page cache" in r.stdout
+    assert r.stdout.rstrip().endswith("\n\n(Waited 4 s in all for other load to pass.)")
+
+
+def test_verify_table_ceiling_of_the_same_repeat_and_variant_spread(tmp_path):
+    """Repeat K's loader run is divided by repeat K's synthetic run; variants get mean ± std."""
+
+    def results(name: str, runs: list[dict]) -> str:
+        cfg = {"stream_priority": "high", "ddp_options": {"broadcast_buffers": False}}
+        path = tmp_path / f"{name}.json.gz"
+        path.write_bytes(gzip.compress(json.dumps({"config": cfg, "runs": runs}).encode()))
+        return str(path)
+
+    def run(loader: str, ips: float, status: str = "ok", **extra) -> dict:
+        return {"loader": loader, "gpus": 2, "images_per_s": ips, "status": status, **extra}
+
+    dali = {"workers": 6, "data_wait_fraction": 0.02, "breakdown": {"forward_backward_s": 0.05}}
+    paths = [
+        results("tune-synthetic-r1", [run("synthetic", 1000)]),
+        results("tune-synthetic-r2", [run("synthetic", 800)]),
+        results("tune-x-r1", [run("dali", 900, **dali)]),
+        results("tune-x-r2", [run("dali", 720, **dali), run("torch", 0, "error", error="boom")]),
+    ]
+    r = subprocess.run(
+        [sys.executable, str(SCRIPTS / "verify_table.py"), *paths],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("| file | loader | options | stream | CPUs | workers | GPUs | img/s")
+    opts = "ddp:broadcast_buffers=False | high | inherit"
+    assert f"| tune-x-r1 | dali | {opts} | 6 | 2 | 900 | 1,000 | 0.900 | 2.0% | 50.0 |" in r.stdout
+    assert f"| tune-x-r2 | dali | {opts} | 6 | 2 | 720 | 800 | 0.900 | 2.0% | 50.0 |" in r.stdout
+    assert lines[6].startswith("| tune-x-r2 | torch |") and lines[6].endswith(" error: boom")
+    assert lines[8] == (
+        "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |"
+    )
+    assert "| tune-x | dali | 2 | 2 | 810 ± 127 | 0.900 ± 0.000 | 2.0 ± 0.0 | 50.0 ± 0.0 |" in lines
+    assert "| tune-synthetic | synthetic | 2 | 2 | 900 ± 141 | 1.000 ± 0.000 | – | – |" in lines
+    assert not any("torch" in line for line in lines[8:])  # failed runs stay out of the spread
+
+
+def test_verify_table_help_and_no_arguments():
+    script = str(SCRIPTS / "verify_table.py")
+    r = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "python scripts/verify_table.py results/tune-*.json" in r.stdout
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True)
+    assert r.returncode == 2 and "verify_table.py" in r.stderr and r.stdout == ""

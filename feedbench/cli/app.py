@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
@@ -50,12 +51,24 @@ def default_data() -> str:
 
 
 def results_path(given: Path | None, command: str) -> Path:
-    """Where a command writes its results file: ``--json``, else ``results/COMMAND-TIME.json``."""
-    return given or Path("results") / time.strftime(f"{command}-%Y%m%d-%H%M%S.json")
+    """Where a command writes its results file: ``--json``, else ``results/COMMAND-TIME.json``;
+    checked writable before anything is measured (the folder is made if needed)."""
+    target = given or Path("results") / time.strftime(f"{command}-%Y%m%d-%H%M%S.json")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=target.parent):
+            pass
+    except OSError as e:
+        raise FeedbenchError(f"cannot write results to {target}: {e.strerror or e}") from None
+    if target.is_dir():
+        raise FeedbenchError(f"cannot write results to {target}: it is a directory")
+    return target
 
 
 def error_line(e: FeedbenchError) -> None:
-    err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True)
+    from feedbench.core.redact import scrub_text
+
+    err.print(f"error: {scrub_text(str(e))}", markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -33,12 +33,13 @@ def compare(
     """Put several scan results side by side: throughput per consumer count, bottleneck, how many
     GPUs each feeds, which differences are larger than the measurements' spread."""
     from feedbench.core.choices import choose
+    from feedbench.core.redact import scrub
     from feedbench.report import compare as cmp_mod
     from feedbench.report.compare_console import render_compare
     from feedbench.report.compare_plots import compare_plot
 
     which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
-    cmp = cmp_mod.compare([str(p) for p in results], label, which)
+    cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which))
     render_compare(cmp, out)
     target = results_path(json_out, "compare")
     cmp_mod.save(cmp, target)

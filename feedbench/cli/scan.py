@@ -58,6 +58,13 @@ ReadThread = Annotated[
         "as pipelines always do. Off with --read-ahead."
     ),
 ]
+StallTimeout = Annotated[
+    float,
+    typer.Option(
+        help="Seconds without a byte read or a batch taken by any consumer after which the "
+        "storage counts as stalled: the measurement is marked failed, every process ended, exit 3."
+    ),
+]
 Loader = Annotated[
     str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
 ]
@@ -85,6 +92,7 @@ def scan(
     read_latency: ReadLatency = 0.0,
     read_ahead: ReadAhead = 0.0,
     read_thread: ReadThread = True,
+    stall_timeout: StallTimeout = 60.0,
     warmup: o.Warmup = None,
     seed: o.Seed = 0,
     loader: Loader = None,
@@ -94,8 +102,8 @@ def scan(
 ) -> None:
     """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage."""
     from feedbench.core.envelope import save
+    from feedbench.scan.run import outcome
     from feedbench.scan.run import scan as run_scan
-    from feedbench.scan.run import unusable
 
     config = scan_config(locals())
     target = results_path(json_out, "scan")
@@ -110,9 +118,9 @@ def scan(
     finally:
         progress.stop()
     write_outputs(result, target, plots)
-    problem = unusable(result)
+    problem = outcome(result)
     if problem:
-        raise FeedbenchError(problem)
+        raise problem
     if result.partial:
         err.print("interrupted: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)
@@ -155,8 +163,7 @@ class _Progress:
 def scan_config(options: dict):
     """A ScanConfig from the command's options (its ``locals()``)."""
     from feedbench.core.choices import parse_counts
-    from feedbench.scan.config import ScanConfig, parse_passes
-    from feedbench.scan.stages import parse_stages
+    from feedbench.scan.config import ScanConfig, parse_passes, parse_stages
 
     warmup = options.get("warmup")
     if warmup is None:
@@ -165,6 +172,7 @@ def scan_config(options: dict):
         "step_time": "step_s",
         "read_latency": "read_latency_s",
         "read_ahead": "read_ahead_mb",
+        "stall_timeout": "stall_timeout_s",
     }
     fields = ScanConfig.__dataclass_fields__
     kw = {renamed.get(k, k): v for k, v in options.items() if renamed.get(k, k) in fields}
@@ -180,10 +188,12 @@ def scan_config(options: dict):
 
 def write_outputs(result, target: Path, plots: bool) -> None:
     from feedbench.core.envelope import save
+    from feedbench.core.redact import scrub
     from feedbench.report.scan_console import render_scan
     from feedbench.report.scan_plots import write_all
 
     save(result, target)
+    result = scrub(result)  # what is shown and drawn, as what was written
     render_scan(result, out)
     out.print(f"results: {target}")
     if plots and result.measurements:
@@ -199,7 +209,7 @@ def consumer(**options) -> None:
     options]``); rank 0 gathers, renders and writes the results."""
     from feedbench.core.envelope import save
     from feedbench.core.supervise import leave_without_finalizing
-    from feedbench.scan.run import unusable
+    from feedbench.scan.run import outcome
     from feedbench.scan.torchrun import run_under_torchrun
 
     code = 0
@@ -212,9 +222,9 @@ def consumer(**options) -> None:
         result = run_under_torchrun(config, on_update=lambda r: save(r, target))
         if result is not None:
             write_outputs(result, target, options.get("plots", True))
-            problem = unusable(result)  # as for a local scan: written, then one line and exit 2
+            problem = outcome(result)  # as for a local scan: written, then one line
             if problem:
-                raise FeedbenchError(problem)
+                raise problem
             if result.partial:
                 err.print("interrupted: partial results written")
                 code = EXIT_INTERRUPTED

@@ -118,6 +118,7 @@ def verify(
     warm-up steps default to 20 (CPU: 5)."""
     from feedbench.core.choices import parse_counts, parse_names
     from feedbench.core.envelope import save
+    from feedbench.core.redact import scrub
     from feedbench.report.verify_console import render_verify
     from feedbench.report.verify_plots import write_plots
     from feedbench.verify.config import VerifyConfig
@@ -162,6 +163,7 @@ def verify(
             on_run=on_run,
         )
     save(result, target)
+    result = scrub(result)  # what is shown and drawn, as what was written
     render_verify(result, out)
     out.print(f"results: {target}")
     if plots and result.runs:

@@ -26,6 +26,7 @@ from typing import Any
 
 from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.system import SystemUnderTest
 
 SCHEMA_VERSION = 2
 
@@ -77,28 +78,33 @@ class Envelope:
     command: list[str]  # as typed, credentials redacted
     config: dict[str, Any]
     host: HostInfo | None = None
+    system: SystemUnderTest | None = None  # where the data's bytes come from
     warnings: list[str] = field(default_factory=list)
     partial: bool = False
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
 
 
-def envelope(kind: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The envelope's fields for a new results file of ``kind`` made by this process."""
+def envelope(kind: str, config: dict[str, Any], data: str | None = None) -> dict[str, Any]:
+    """The envelope's fields for a new results file of ``kind`` made by this process; ``data``:
+    the path or URL measured (described as the system under test)."""
+    from feedbench.core.system import describe
+
     return {
         "kind": kind,
         "created_utc": now_utc(),
         "command": redact_command(["feedbench", *sys.argv[1:]]),
         "config": config,
         "host": HostInfo.current(),
+        "system": describe(data) if data is not None else None,
     }
 
 
 def redact_command(argv: list[str]) -> list[str]:
-    """A command line as it may be recorded: URLs without passwords or signatures."""
-    from loaders.data import redact_url
+    """A command line as it may be recorded: no URL password or signature, no secret value."""
+    from feedbench.core.redact import scrub_text
 
-    return [redact_url(a) for a in argv]
+    return [scrub_text(a) for a in argv]
 
 
 def now_utc() -> str:
@@ -167,9 +173,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
 
 
 def save(result: Any, path: str | os.PathLike[str]) -> None:
-    """Write any results dataclass as JSON, atomically."""
+    """Write any results dataclass as JSON, atomically, credentials masked
+    (:mod:`feedbench.core.redact`)."""
+    from feedbench.core.redact import scrub
+
     try:
-        write_atomic(path, json.dumps(to_dict(result), indent=2) + "\n")
+        write_atomic(path, json.dumps(scrub(to_dict(result)), indent=2) + "\n")
     except OSError as e:
         raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
 

@@ -15,6 +15,9 @@ import socket
 import subprocess
 import sys
 import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
 
 import psutil
 
@@ -60,6 +63,52 @@ def sigterm_as_interrupt():
         yield
     finally:
         signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
+def job_tag() -> Iterator[str]:
+    """A new tag set in this process's environment while the job's processes are started: they
+    (and their children: loader workers, torchrun's ranks) inherit it, so :func:`reap` finds
+    them all."""
+    tag = uuid.uuid4().hex
+    before = os.environ.get(JOB_TAG)
+    os.environ[JOB_TAG] = tag
+    try:
+        yield tag
+    finally:
+        if before is None:
+            os.environ.pop(JOB_TAG, None)
+        else:
+            os.environ[JOB_TAG] = before
+
+
+class Watchdog:
+    """A stall: none of ``n`` progress counters (bytes read, batches taken, one per process) has
+    moved for ``timeout_s`` seconds; before the first move, ``startup_s`` more are allowed (the
+    processes import, connect, evict the cache). :meth:`check` takes the counters' values."""
+
+    def __init__(self, n: int, timeout_s: float, startup_s: float = 60.0) -> None:
+        self.timeout_s = timeout_s
+        now = time.monotonic()
+        self.moved = [now] * n
+        self.seen: list = [None] * n
+        self.started = False
+        self.grace_s = startup_s
+
+    def check(self, values: Sequence[tuple[int, ...]]) -> bool:
+        now = time.monotonic()
+        for i, v in enumerate(values):
+            if v != self.seen[i]:
+                if self.seen[i] is not None or any(v):  # counters start at zero
+                    self.started = True
+                self.seen[i], self.moved[i] = v, now
+        allowed = self.timeout_s + (0.0 if self.started else self.grace_s)
+        return now - max(self.moved) > allowed
+
+    def silent(self) -> list[tuple[int, float]]:
+        """(index, seconds without progress) of every counter, the longest silent first."""
+        now = time.monotonic()
+        return sorted(((i, now - t) for i, t in enumerate(self.moved)), key=lambda x: -x[1])
 
 
 def alive(procs) -> list[psutil.Process]:

@@ -54,6 +54,7 @@ class Column:
     resource: str | None = None
     supported_consumers: int | None = None
     feeds_accelerators: float | None = None
+    failed: list[str] = field(default_factory=list)  # measurements that failed: no points
 
     def best(self) -> CurvePoint | None:
         return max(self.points.values(), key=lambda p: p.samples_per_s_mean, default=None)
@@ -138,6 +139,11 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         resource=v.resource if v else None,
         supported_consumers=v.supported_consumers if v else None,
         feeds_accelerators=v.feeds_accelerators if v else None,
+        failed=[
+            f"{m.consumers} consumers, {m.pass_name}: {m.failed}"
+            for m in result.measurements
+            if m.failed and m.pass_name == pass_name
+        ],
     )
 
 
@@ -174,6 +180,8 @@ def comparability(columns: list[Column]) -> list[str]:
         if w:
             out.append(w)
     for c in columns:
+        for f in c.failed:
+            out.append(f"{c.label}: a measurement failed ({f}); it is no point, not compared")
         if c.partial:
             out.append(f"{c.label} holds partial results (the scan was interrupted or failed)")
         if not c.points:

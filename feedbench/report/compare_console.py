@@ -5,53 +5,60 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from feedbench.report.compare import Column, Comparison
 from feedbench.report.fmt import fmt_bytes, fmt_rate
+from feedbench.scan.results import CurvePoint
 
 
-def render_compare(cmp, console: Console) -> None:
+def render_compare(cmp: Comparison, console: Console) -> None:
     """A :class:`feedbench.report.compare.Comparison` as tables and sentences."""
-    cols = cmp.columns
     console.print(
-        f"[bold]comparing {len(cols)} scans[/], {cmp.pass_name} pass "
+        f"[bold]comparing {len(cmp.columns)} scans[/], {cmp.pass_name} pass "
         "(samples/s after warm-up, mean ± std over repeats)"
     )
-    setup = Table(title="setups", title_justify="left")
-    setup.add_column("")
+    console.print(_setup_table(cmp.columns))
+    console.print(_throughput_table(cmp))
+    _print_sentences(cmp, console)
+
+
+def _setup_table(cols: list[Column]) -> Table:
+    """What each scan measured, one column per scan."""
+    table = Table(title="setups", title_justify="left")
+    table.add_column("")
     for c in cols:
-        setup.add_column(c.label)
-    rows = [
+        table.add_column(c.label)
+    for name, values in _setup_rows(cols):
+        table.add_row(name, *values)
+    return table
+
+
+def _setup_rows(cols: list[Column]) -> list[tuple[str, list[str]]]:
+    def gpus(c: Column) -> str:
+        return f"{c.cpus} / {len(c.gpus) or 'none'}" + (f" {c.gpus[0]}" if c.gpus else "")
+
+    def data(c: Column) -> str:
+        return f"{c.dataset_format}: {c.dataset_files:,} files, {fmt_bytes(c.dataset_bytes)}"
+
+    def scanned(c: Column) -> str:
+        return c.created_utc[:16].replace("T", " ") + (" (partial)" if c.partial else "")
+
+    return [
         ("host", [c.host for c in cols]),
-        (
-            "CPUs / GPUs",
-            [
-                f"{c.cpus} / {len(c.gpus) or 'none'}" + (f" {c.gpus[0]}" if c.gpus else "")
-                for c in cols
-            ],  # fmt: skip
-        ),
-        (
-            "data",
-            [
-                f"{c.dataset_format}: {c.dataset_files:,} files, {fmt_bytes(c.dataset_bytes)}"
-                for c in cols
-            ],
-        ),  # fmt: skip
+        ("CPUs / GPUs", [gpus(c) for c in cols]),
+        ("data", [data(c) for c in cols]),
         ("path", [c.dataset for c in cols]),
         ("stages", [",".join(c.stages) for c in cols]),
         ("batch / image", [f"{c.batch_size} / {c.image_size}" for c in cols]),
         ("cache", [c.cache for c in cols]),
         ("accelerator", [c.accelerator or "none" for c in cols]),
-        (
-            "scanned",
-            [
-                c.created_utc[:16].replace("T", " ") + (" (partial)" if c.partial else "")
-                for c in cols
-            ],
-        ),  # fmt: skip
+        ("scanned", [scanned(c) for c in cols]),
     ]
-    for name, values in rows:
-        setup.add_row(name, *values)
-    console.print(setup)
 
+
+def _throughput_table(cmp: Comparison) -> Table:
+    """One row per consumer count (the fastest in bold where several measured it), then the
+    verdicts' limiting stage and how many accelerators each setup feeds."""
+    cols = cmp.columns
     table = Table(title="throughput by consumer count", title_justify="left")
     table.add_column("N", justify="right")
     for c in cols:
@@ -59,47 +66,45 @@ def render_compare(cmp, console: Console) -> None:
     for n in cmp.counts:
         have = [c.points[n].samples_per_s_mean for c in cols if n in c.points]
         top = max(have) if len(have) > 1 else None
-        cells = []
-        for c in cols:
-            p = c.points.get(n)
-            if p is None:
-                cells.append("[dim]not measured[/]")
-                continue
-            spread = f" ± {fmt_rate(p.samples_per_s_std)}" if p.repeats > 1 else ""
-            rate = f"{fmt_rate(p.samples_per_s_mean)}{spread}"
-            if top is not None and p.samples_per_s_mean == top:
-                rate = f"[bold]{rate}[/]"
-            extra = [f"{p.mb_per_s_mean:,.0f} MB/s"]
-            if p.efficiency is not None:
-                extra.append(f"eff {p.efficiency:.2f}")
-            if p.au_mean is not None:
-                extra.append(f"AU {p.au_mean:.0%}")
-            cells.append(f"{rate}\n[dim]{' · '.join(extra)}[/]")
-        table.add_row(str(n), *cells)
+        table.add_row(str(n), *(_rate_cell(c.points.get(n), top) for c in cols))
     table.add_section()
-    table.add_row(
-        "bound",
-        *[f"{c.bound} ({c.resource})" if c.bound else "—" for c in cols],
-    )
-    table.add_row(
-        "feeds",
-        *[
-            f"{c.supported_consumers} × {c.accelerator}"
-            if c.supported_consumers is not None
-            else (
-                f"≈ {c.feeds_accelerators:.1f} × {c.accelerator}"
-                if c.feeds_accelerators and c.accelerator
-                else "—"
-            )  # fmt: skip
-            for c in cols
-        ],
-    )
-    console.print(table)
+    table.add_row("bound", *[f"{c.bound} ({c.resource})" if c.bound else "—" for c in cols])
+    table.add_row("feeds", *[_feeds_cell(c) for c in cols])
+    return table
+
+
+def _rate_cell(p: CurvePoint | None, top: float | None) -> str:
+    """samples/s (± std over repeats), bold when it is ``top``; MB/s, efficiency and AU under it."""
+    if p is None:
+        return "[dim]not measured[/]"
+    spread = f" ± {fmt_rate(p.samples_per_s_std)}" if p.repeats > 1 else ""
+    rate = f"{fmt_rate(p.samples_per_s_mean)}{spread}"
+    if top is not None and p.samples_per_s_mean == top:
+        rate = f"[bold]{rate}[/]"
+    extra = [f"{p.mb_per_s_mean:,.0f} MB/s"]
+    if p.efficiency is not None:
+        extra.append(f"eff {p.efficiency:.2f}")
+    if p.au_mean is not None:
+        extra.append(f"AU {p.au_mean:.0%}")
+    return f"{rate}\n[dim]{' · '.join(extra)}[/]"
+
+
+def _feeds_cell(c: Column) -> str:
+    """Accelerators fed at the target AU, else the appetite ratio, else a dash."""
+    if c.supported_consumers is not None:
+        return f"{c.supported_consumers} × {c.accelerator}"
+    if c.feeds_accelerators and c.accelerator:
+        return f"≈ {c.feeds_accelerators:.1f} × {c.accelerator}"
+    return "—"
+
+
+def _print_sentences(cmp: Comparison, console: Console) -> None:
+    """The rankings, the summary, each scan's verdict, and the warnings."""
     for r in cmp.rankings:
         console.print(r.text, markup=False)
     for line in cmp.summary:
         console.print(line, markup=False)
-    for c in cols:
+    for c in cmp.columns:
         if c.verdict:
             console.print(f"[bold]{c.label}:[/] {c.verdict}")
     for w in cmp.warnings:

@@ -7,16 +7,20 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, save_png
+from feedbench.report.compare import Comparison
+from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, new_figure, save_optional
+
+_PALETTE = ["tab:blue", "tab:orange", *_OTHER_COLORS]
 
 
-def compare_plot(cmp, path: str | os.PathLike[str]) -> Path | None:
-    """Samples/s against consumers, one line per compared scan (mean ± σ over repeats)."""
+def compare_figure(cmp: Comparison) -> Figure | None:
+    """Samples/s against consumers, one line per compared scan (mean ± σ over repeats; no bar
+    for a single repeat). ``None`` when no scan has a point of the compared pass."""
     lines = [(c.label, sorted(c.points.values(), key=lambda p: p.consumers)) for c in cmp.columns]
     lines = [(label, pts) for label, pts in lines if pts]
     if not lines:
         return None
-    fig = Figure(figsize=(7.5, 4.8))
+    fig = new_figure((7.5, 4.8))
     ax = fig.add_subplot(1, 1, 1)
     counts: list[int] = []
     for i, (label, pts) in enumerate(lines):
@@ -24,8 +28,7 @@ def compare_plot(cmp, path: str | os.PathLike[str]) -> Path | None:
         ys = [p.samples_per_s_mean for p in pts]
         es = [p.samples_per_s_std if p.repeats > 1 else 0.0 for p in pts]
         counts += xs
-        palette = ["tab:blue", "tab:orange", *_OTHER_COLORS]
-        color = palette[i % len(palette)]
+        color = _PALETTE[i % len(_PALETTE)]
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=color, label=label)
     _consumer_axis(ax, counts)
     ax.set_ylabel("samples/s (after warm-up)")
@@ -34,4 +37,9 @@ def compare_plot(cmp, path: str | os.PathLike[str]) -> Path | None:
     ax.legend(loc="best", fontsize=8)
     ax.set_title(f"feedbench compare — {cmp.pass_name} pass", fontsize=10)
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
+
+
+def compare_plot(cmp: Comparison, path: str | os.PathLike[str]) -> Path | None:
+    """:func:`compare_figure` as a PNG at ``path``; ``None`` (and no file) without points."""
+    return save_optional(compare_figure(cmp), path)

@@ -1,8 +1,10 @@
 """What every figure shares: the Agg canvas, colours, the consumer axis, atomic PNG writing.
 
 Figures are drawn on the Agg canvas directly (no pyplot, no display, no global backend switch)
-and written atomically. Each figure function returns the path written, or ``None`` when the
-results hold nothing for that figure (then nothing is written).
+and written atomically. Each figure has a builder (``*_figure``) that returns the
+:class:`~matplotlib.figure.Figure`, so its axes, series and labels can be read back, and a writer
+(``*_plot``) that saves it and returns the path written. Both return ``None`` when the results
+hold nothing for that figure (then nothing is written).
 """
 
 from __future__ import annotations
@@ -65,6 +67,18 @@ def _consumer_axis(ax, counts: list[int]) -> None:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+def new_figure(figsize: tuple[float, float]) -> Figure:
+    """An empty figure on the Agg canvas."""
+    fig = Figure(figsize=figsize)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def save_optional(fig: Figure | None, path: str | os.PathLike[str]) -> Path | None:
+    """``save_png`` for a built figure; ``None`` (and no file) for none."""
+    return save_png(fig, path) if fig is not None else None
 
 
 def save_png(fig: Figure, path: str | os.PathLike[str]) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
@@ -69,6 +70,7 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         ("± std", "right"),
         ("CV", "right"),
         ("MB/s", "right"),
+        ("speedup", "right"),
         ("effic.", "right"),
         ("AU mean", "right"),
         ("AU min", "right"),
@@ -85,12 +87,26 @@ def _curve_table(result: ScanResult, console: Console) -> None:
             fmt_rate(c.samples_per_s_std),
             f"{c.cv:.1%}",
             f"{c.mb_per_s_mean:,.1f}",
+            f"{c.speedup:.2f}×" if c.speedup is not None else "—",
             fmt_pct(c.efficiency),
             fmt_pct(c.au_mean),
             fmt_pct(c.au_min),
-            str(c.repeats),
+            str(c.repeats) + (f" (+{c.failed} failed)" if c.failed else ""),
         )
     console.print(table)
+    console.print(
+        "  speedup: samples/s ÷ samples/s of one consumer; effic.: samples/s ÷ (N × that), "
+        "shown only where every consumer had the workers the one consumer had (with the cores "
+        "shared out, one consumer already has the whole machine)"
+    )
+    for m in result.measurements:
+        if m.failed:
+            console.print(
+                f"  [red]failed[/] {m.consumers} consumer{'s' if m.consumers != 1 else ''}, "
+                f"{m.pass_name}, repeat {m.repeat}: {escape(m.failed)} (no rate: left out of the "
+                "curve)",
+                highlight=False,
+            )
 
 
 def _references(result: ScanResult) -> list[Measurement]:

@@ -19,7 +19,8 @@ from feedbench.report.plotting import (
     _mean,
     _pass_color,
     _pass_order,
-    save_png,
+    new_figure,
+    save_optional,
 )
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult
 from feedbench.scan.sweep import curve_points
@@ -60,70 +61,43 @@ def _stage_rates(result: ScanResult) -> dict[tuple[str, str], dict[int, float]]:
     return {k: {n: _mean(v) for n, v in sorted(d.items())} for k, d in acc.items()}
 
 
-def scaling_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | None:
+def scaling_figure(result: ScanResult) -> Figure | None:
     """Samples/s against consumers, one line per pass (mean ± σ over repeats), with the ideal
     N × throughput(1) and, when the result names an accelerator rate, the N-accelerator demand.
     A second panel shows each stage's own rate when the measurements carry stage stats."""
     points = curve_points(result)
     if not points:
         return None
-    passes = _by_pass(points)
-    order = list(passes)
     stages = _stage_rates(result)
     counts = sorted({p.consumers for p in points})
-
-    fig = Figure(figsize=(8.5, 8.5 if stages else 5.5))
+    fig = new_figure((8.5, 8.5 if stages else 5.5))
     if stages:
         ax, ax_stage = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     else:
         ax, ax_stage = fig.subplots(1, 1), None
+    _throughput_panel(ax, result, points, counts)
+    if ax_stage is not None:
+        _stage_panel(ax_stage, stages, counts)
+        ax.tick_params(labelbottom=True)
+        ax.set_xlabel("")
+    else:
+        _consumer_axis(ax, counts)
+    fig.tight_layout()
+    return fig
 
+
+def scaling_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | None:
+    """:func:`scaling_figure` as a PNG at ``path``."""
+    return save_optional(scaling_figure(result), path)
+
+
+def _throughput_panel(ax, result: ScanResult, points: list[CurvePoint], counts: list[int]) -> None:
+    """Each pass's curve with its ideal line, the accelerator demand, axes, legend and title."""
+    passes = _by_pass(points)
+    order = list(passes)
     for name, pts in passes.items():
-        color = _pass_color(name, order)
-        xs = [p.consumers for p in pts]
-        ys = [p.samples_per_s_mean for p in pts]
-        reps = max(p.repeats for p in pts)
-        ax.errorbar(
-            xs,
-            ys,
-            yerr=[p.samples_per_s_std for p in pts],
-            marker="o",
-            capsize=4,
-            color=color,
-            label=f"{name} (mean ± σ of {reps} repeats)" if reps > 1 else name,
-        )
-        for p in pts:
-            if p.efficiency is not None and p.consumers != 1:
-                ax.annotate(
-                    f"{p.efficiency:.0%}",
-                    (p.consumers, p.samples_per_s_mean),
-                    textcoords="offset points",
-                    xytext=(6, -12),
-                    fontsize=8,
-                    color=color,
-                )
-        base = next((p.samples_per_s_mean for p in pts if p.consumers == 1), None)
-        if base:
-            ax.plot(
-                xs,
-                [n * base for n in xs],
-                linestyle=":",
-                color=color,
-                alpha=0.7,
-                label=f"ideal {name}: N × 1-consumer rate",
-            )
-    rate = _accelerator_rate(result)
-    if rate is not None:
-        profile = (result.accelerator or {}).get("name")
-        who = f" ({profile})" if isinstance(profile, str) and profile else ""
-        ax.plot(
-            counts,
-            [n * rate for n in counts],
-            linestyle="--",
-            color="black",
-            linewidth=1,
-            label=f"demand of N accelerators{who}: N × {rate:,.0f}/s",
-        )
+        _pass_lines(ax, name, pts, _pass_color(name, order))
+    _demand_line(ax, result, counts)
     ax.set_ylabel("throughput (samples/s, all consumers)")
     if _log_consumers(counts):  # a wide range: log–log keeps the small counts readable
         ax.set_yscale("log")
@@ -131,79 +105,133 @@ def scaling_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | Non
         ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
     has_eff = any(p.efficiency is not None and p.consumers != 1 for p in points)
-    ax.legend(
-        fontsize=8,
-        loc="upper left",
-        title="% at points: efficiency = rate(N) / (N × rate(1))" if has_eff else None,
-        title_fontsize=7,
-    )
+    has_speedup = any(p.efficiency is None and p.speedup is not None for p in points)
+    title = []
+    if has_eff:
+        title.append("%: efficiency = rate(N) / (N × rate(1)), same workers per consumer")
+    if has_speedup:
+        title.append("×: speedup = rate(N) / rate(1), the cores shared out")
+    ax.legend(fontsize=8, loc="upper left", title="\n".join(title) or None, title_fontsize=7)
+    _failed_note(ax, result)
     ax.set_title(_title(result, "Throughput vs consumers"), fontsize=10)
 
-    if ax_stage is not None:
-        pass_names = _pass_order([p for _, p in stages])
-        for (stage, pass_name), by_n in sorted(stages.items()):
-            style = _PASS_STYLES[pass_names.index(pass_name) % len(_PASS_STYLES)]
-            ax_stage.plot(
-                list(by_n),
-                list(by_n.values()),
-                marker=".",
-                linestyle=style,
-                color=_STAGE_COLORS.get(stage, "tab:gray"),
-            )
-        values = [v for by_n in stages.values() for v in by_n.values() if v > 0]
-        if values and max(values) > 20 * min(values):  # log only where rates span decades
-            ax_stage.set_yscale("log")
-        else:
-            ax_stage.set_ylim(bottom=0)
-        ax_stage.set_ylabel("samples per busy second\n(one worker, per stage)")
-        ax_stage.set_title("Each stage's own rate (samples / time spent in it)", fontsize=9)
-        ax_stage.grid(True, which="both", alpha=0.3)
-        order = list(_STAGE_COLORS)
-        seen = sorted(
-            {stage for stage, _ in stages},
-            key=lambda n: (order.index(n) if n in order else len(order), n),
+
+def _failed_note(ax, result: ScanResult) -> None:
+    """Measurements that failed are no points; say which, under the curve."""
+    failed = [m for m in result.measurements if m.failed]
+    if not failed:
+        return
+    lines = [f"not plotted, failed: {m.consumers} consumer{'s' if m.consumers != 1 else ''}, "
+             f"{m.pass_name} (repeat {m.repeat}): {m.failed[:80]}" for m in failed[:3]]  # fmt: skip
+    ax.text(0.99, 0.02, "\n".join(lines), transform=ax.transAxes, ha="right", va="bottom",
+            fontsize=7, color="crimson")  # fmt: skip
+
+
+def _pass_lines(ax, name: str, pts: list[CurvePoint], color: str) -> None:
+    """One pass: mean ± σ with the efficiency at each point, and its ideal N × rate(1)."""
+    xs = [p.consumers for p in pts]
+    reps = max(p.repeats for p in pts)
+    ax.errorbar(
+        xs,
+        [p.samples_per_s_mean for p in pts],
+        yerr=[p.samples_per_s_std for p in pts],
+        marker="o",
+        capsize=4,
+        color=color,
+        label=f"{name} (mean ± σ of {reps} repeats)" if reps > 1 else name,
+    )
+    for p in pts:
+        if p.consumers == 1 or (p.efficiency is None and p.speedup is None):
+            continue
+        ax.annotate(
+            f"{p.efficiency:.0%}" if p.efficiency is not None else f"×{p.speedup:.2f}",
+            (p.consumers, p.samples_per_s_mean),
+            textcoords="offset points",
+            xytext=(6, -12),
+            fontsize=8,
+            color=color,
         )
-        handles = [Line2D([], [], color=_STAGE_COLORS.get(n, "tab:gray"), label=n) for n in seen]
-        if len(pass_names) > 1:
-            handles += [
-                Line2D([], [], color="black", linestyle=_PASS_STYLES[i % 4], label=p)
-                for i, p in enumerate(pass_names)
-            ]
-        ax_stage.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
-        _consumer_axis(ax_stage, counts)
-        ax.tick_params(labelbottom=True)
-        ax.set_xlabel("")
+    base = next((p.samples_per_s_mean for p in pts if p.consumers == 1), None)
+    # the ideal only where each consumer had what the one consumer had (the same workers)
+    ideal = [p.consumers for p in pts if p.efficiency is not None]
+    if base and len(ideal) > 1:
+        ax.plot(
+            ideal,
+            [n * base for n in ideal],
+            linestyle=":",
+            color=color,
+            alpha=0.7,
+            label=f"ideal {name}: N × 1-consumer rate",
+        )
+
+
+def _demand_line(ax, result: ScanResult, counts: list[int]) -> None:
+    """N × the accelerator's rate, when the result names one."""
+    rate = _accelerator_rate(result)
+    if rate is None:
+        return
+    profile = (result.accelerator or {}).get("name")
+    who = f" ({profile})" if isinstance(profile, str) and profile else ""
+    ax.plot(
+        counts,
+        [n * rate for n in counts],
+        linestyle="--",
+        color="black",
+        linewidth=1,
+        label=f"demand of N accelerators{who}: N × {rate:,.0f}/s",
+    )
+
+
+def _stage_panel(ax, stages: dict[tuple[str, str], dict[int, float]], counts: list[int]) -> None:
+    """Each stage's own rate against consumers: colour per stage, line style per pass."""
+    pass_names = _pass_order([p for _, p in stages])
+    for (stage, pass_name), by_n in sorted(stages.items()):
+        style = _PASS_STYLES[pass_names.index(pass_name) % len(_PASS_STYLES)]
+        ax.plot(
+            list(by_n),
+            list(by_n.values()),
+            marker=".",
+            linestyle=style,
+            color=_STAGE_COLORS.get(stage, "tab:gray"),
+            label=f"{stage}, {pass_name}",
+        )
+    values = [v for by_n in stages.values() for v in by_n.values() if v > 0]
+    if values and max(values) > 20 * min(values):  # log only where rates span decades
+        ax.set_yscale("log")
     else:
-        _consumer_axis(ax, counts)
-    fig.tight_layout()
-    return save_png(fig, path)
+        ax.set_ylim(bottom=0)
+    ax.set_ylabel("samples per busy second\n(one worker, per stage)")
+    ax.set_title("Each stage's own rate (samples / time spent in it)", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    _stage_legend(ax, sorted({stage for stage, _ in stages}), pass_names)
+    _consumer_axis(ax, counts)
 
 
-def au_plot(result: ScanResult, path: str | os.PathLike[str], target: float = 0.9) -> Path | None:
-    """AU mean and minimum over consumers against consumers, with the target line. ``None`` (and
-    no file) when no point has an AU, i.e. no accelerator step was emulated."""
+def _stage_legend(ax, stage_names: list[str], pass_names: list[str]) -> None:
+    """Colours name the stages (in pipeline order); line styles the passes, when several."""
+    order = list(_STAGE_COLORS)
+    seen = sorted(stage_names, key=lambda n: (order.index(n) if n in order else len(order), n))
+    handles = [Line2D([], [], color=_STAGE_COLORS.get(n, "tab:gray"), label=n) for n in seen]
+    if len(pass_names) > 1:
+        handles += [
+            Line2D([], [], color="black", linestyle=_PASS_STYLES[i % 4], label=p)
+            for i, p in enumerate(pass_names)
+        ]
+    ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+
+
+def au_figure(result: ScanResult, target: float = 0.9) -> Figure | None:
+    """AU mean and minimum over consumers against consumers, with the target line. ``None`` when
+    no point has an AU, i.e. no accelerator step was emulated."""
     points = [p for p in curve_points(result) if p.au_mean is not None or p.au_min is not None]
     if not points:
         return None
     passes = _by_pass(points)
     order = list(passes)
-    fig = Figure(figsize=(8.5, 5.5))
+    fig = new_figure((8.5, 5.5))
     ax = fig.subplots(1, 1)
     for name, pts in passes.items():
-        color = _pass_color(name, order)
-        mean = [(p.consumers, p.au_mean) for p in pts if p.au_mean is not None]
-        low = [(p.consumers, p.au_min) for p in pts if p.au_min is not None]
-        if mean:
-            ax.plot(*zip(*mean, strict=True), marker="o", color=color, label=f"{name}: AU mean")
-        if low:
-            ax.plot(
-                *zip(*low, strict=True),
-                marker="v",
-                linestyle="--",
-                color=color,
-                markerfacecolor="none",
-                label=f"{name}: AU of the worst consumer",
-            )
+        _au_lines(ax, name, pts, _pass_color(name, order))
     ax.axhline(target, color="crimson", linewidth=1, label=f"target {target:.0%}")
     supported = result.verdict.supported_consumers if result.verdict else None
     if supported:
@@ -229,7 +257,29 @@ def au_plot(result: ScanResult, path: str | os.PathLike[str], target: float = 0.
     ax.set_title(_title(result, what), fontsize=10)
     _consumer_axis(ax, [p.consumers for p in points])
     fig.tight_layout()
-    return save_png(fig, path)
+    return fig
+
+
+def au_plot(result: ScanResult, path: str | os.PathLike[str], target: float = 0.9) -> Path | None:
+    """:func:`au_figure` as a PNG at ``path``; ``None`` (and no file) without AU."""
+    return save_optional(au_figure(result, target), path)
+
+
+def _au_lines(ax, name: str, pts: list[CurvePoint], color: str) -> None:
+    """One pass: the mean AU over consumers, and the worst consumer's."""
+    mean = [(p.consumers, p.au_mean) for p in pts if p.au_mean is not None]
+    low = [(p.consumers, p.au_min) for p in pts if p.au_min is not None]
+    if mean:
+        ax.plot(*zip(*mean, strict=True), marker="o", color=color, label=f"{name}: AU mean")
+    if low:
+        ax.plot(
+            *zip(*low, strict=True),
+            marker="v",
+            linestyle="--",
+            color=color,
+            markerfacecolor="none",
+            label=f"{name}: AU of the worst consumer",
+        )
 
 
 def _segment_label(m: Measurement) -> str:
@@ -239,17 +289,17 @@ def _segment_label(m: Measurement) -> str:
     return f"{m.consumers} {noun}, {m.pass_name}, repeat {m.repeat}"
 
 
-def timeline_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | None:
+def timeline_figure(result: ScanResult) -> Figure | None:
     """CPU busy cores, disk read MB/s, network MB/s and (with GPU readings) GPU utilisation over
-    time, for every measurement with a monitor timeline, one after another. ``None`` (and no
-    file) when no measurement has one."""
+    time, for every measurement with a monitor timeline, one after another. ``None`` when no
+    measurement has one. ``fig.axes``: the label strip, then the panels in that order."""
     segments = [m for m in result.measurements if m.monitor is not None and m.monitor.samples]
     if not segments:
         return None
     has_gpu = any(s.gpu_util_percent for m in segments for s in m.monitor.samples)
     rotate = len(segments) > 4
     panels = 4 if has_gpu else 3
-    fig = Figure(figsize=(11, 2.2 * panels + (2.4 if rotate else 1.5)))
+    fig = new_figure((11, 2.2 * panels + (2.4 if rotate else 1.5)))
     strip, *axes = fig.subplots(
         panels + 1,
         1,
@@ -257,38 +307,11 @@ def timeline_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | No
         gridspec_kw={"height_ratios": [0.7 if rotate else 0.15] + [1.0] * panels},
     )
     strip.axis("off")  # a band above the panels for the measurement labels
-    cores = result.host.cpu_count
     pass_names = _pass_order([m.pass_name for m in segments])
-
     offset = 0.0
     for i, m in enumerate(segments):
-        samples = m.monitor.samples
         color = _pass_color(m.pass_name, pass_names)
-        # a value at t_s holds over the interval ending at t_s: steps drawn "pre", from the start
-        xs = [offset] + [offset + s.t_s for s in samples]
-
-        def steps(ax, values: list[float], xs=xs, color=color) -> None:
-            ax.plot(xs, [values[0], *values], drawstyle="steps-pre", color=color, linewidth=1.2)
-
-        steps(axes[0], [sum(s.cpu_percent) / 100 for s in samples])
-        steps(axes[1], [s.disk_read_bytes_per_s / 1e6 for s in samples])
-        steps(axes[2], [s.net_recv_bytes_per_s / 1e6 for s in samples])
-        if has_gpu and all(s.gpu_util_percent for s in samples):
-            lo = [min(s.gpu_util_percent) for s in samples]
-            hi = [max(s.gpu_util_percent) for s in samples]
-            steps(axes[3], [sum(s.gpu_util_percent) / len(s.gpu_util_percent) for s in samples])
-            if lo != hi:
-                axes[3].fill_between(
-                    xs, [lo[0], *lo], [hi[0], *hi], step="pre", color=color, alpha=0.2, lw=0
-                )
-        elif has_gpu:  # GPU readings stopped part-way (see the timeline's note): points only
-            gx = [offset + s.t_s for s in samples if s.gpu_util_percent]
-            gy = [
-                sum(s.gpu_util_percent) / len(s.gpu_util_percent)
-                for s in samples
-                if s.gpu_util_percent
-            ]
-            axes[3].plot(gx, gy, ".", color=color)
+        _segment_series(axes, m, offset, color, has_gpu)
         if i > 0:
             for ax in axes:
                 ax.axvline(offset, color="gray", linewidth=0.8, linestyle="--")
@@ -304,8 +327,64 @@ def timeline_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | No
             fontsize=7,
             color=color,
         )
-        offset += samples[-1].t_s
+        offset += m.monitor.samples[-1].t_s
+    _timeline_axes(axes, result.host.cpu_count, pass_names, has_gpu, offset)
+    fig.suptitle(_title(result, "Resources during the measurements"), fontsize=10)
+    fig.tight_layout()
+    return fig
 
+
+def timeline_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | None:
+    """:func:`timeline_figure` as a PNG at ``path``; ``None`` (and no file) without timelines."""
+    return save_optional(timeline_figure(result), path)
+
+
+def _segment_series(axes: list, m: Measurement, offset: float, color: str, has_gpu: bool) -> None:
+    """One measurement's readings from ``offset`` on, in every panel; each line is labelled with
+    the measurement."""
+    samples = m.monitor.samples
+    label = _segment_label(m)
+    # a value at t_s holds over the interval ending at t_s: steps drawn "pre", from the start
+    xs = [offset] + [offset + s.t_s for s in samples]
+
+    def steps(ax, values: list[float]) -> None:
+        ax.plot(
+            xs,
+            [values[0], *values],
+            drawstyle="steps-pre",
+            color=color,
+            linewidth=1.2,
+            label=label,
+        )
+
+    steps(axes[0], [sum(s.cpu_percent) / 100 for s in samples])
+    steps(axes[1], [s.disk_read_bytes_per_s / 1e6 for s in samples])
+    steps(axes[2], [s.net_recv_bytes_per_s / 1e6 for s in samples])
+    if not has_gpu:
+        return
+    if all(s.gpu_util_percent for s in samples):
+        lo = [min(s.gpu_util_percent) for s in samples]
+        hi = [max(s.gpu_util_percent) for s in samples]
+        steps(axes[3], [sum(s.gpu_util_percent) / len(s.gpu_util_percent) for s in samples])
+        if lo != hi:
+            axes[3].fill_between(
+                xs, [lo[0], *lo], [hi[0], *hi], step="pre", color=color, alpha=0.2, lw=0
+            )
+    else:  # GPU readings stopped part-way (see the timeline's note): points only
+        gpu = [s for s in samples if s.gpu_util_percent]
+        axes[3].plot(
+            [offset + s.t_s for s in gpu],
+            [sum(s.gpu_util_percent) / len(s.gpu_util_percent) for s in gpu],
+            ".",
+            color=color,
+            label=label,
+        )
+
+
+def _timeline_axes(
+    axes: list, cores: int, pass_names: list[str], has_gpu: bool, end_s: float
+) -> None:
+    """Labels, limits and the CPU panel's legend (a colour per pass, the host's core count)."""
     axes[0].set_ylabel("CPU busy\n(cores)")
     axes[0].set_ylim(0, max(cores, 1) * 1.1)
     axes[0].axhline(cores, color="crimson", linewidth=0.8, linestyle=":")
@@ -323,13 +402,10 @@ def timeline_plot(result: ScanResult, path: str | os.PathLike[str]) -> Path | No
         axes[3].set_ylim(0, 105)
     for ax in axes:
         ax.grid(True, alpha=0.3)
-        ax.set_xlim(0, offset)
+        ax.set_xlim(0, end_s)
         if ax is not axes[0]:
             ax.set_ylim(bottom=0)
     axes[-1].set_xlabel("time within each measurement, measurements one after another (s)")
-    fig.suptitle(_title(result, "Resources during the measurements"), fontsize=10)
-    fig.tight_layout()
-    return save_png(fig, path)
 
 
 def write_all(

@@ -4,27 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
 from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate
 from feedbench.verify.analysis import loaders_in
 from feedbench.verify.results import VerifyResult, VerifyRun, fmt_wait, unit_plural
 
-
-def _column(table, name: str) -> None:
-    if name == "loader":
-        table.add_column(name, justify="left", no_wrap=True, min_width=9)
-    else:
-        table.add_column(name, justify="right")
+_TABLE_STYLE: dict[str, Any] = dict(
+    box=box.SIMPLE, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True
+)
 
 
-def render_verify(result: VerifyResult, console) -> None:
-    from rich import box
-    from rich.markup import escape
-    from rich.table import Table
+def render_verify(result: VerifyResult, console: Console) -> None:
+    """The setup, the throughput and step-time tables, then verdicts, errors and warnings."""
+    unit = result.config.get("unit", "GPU")
+    _print_setup(result, console)
+    settings = _settings(result.config)
+    if settings:
+        console.print("settings: " + "; ".join(escape(t) for t in settings))
+    order = loaders_in(result)
+    runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
+    console.print(_throughput_table(runs))
+    console.print(_step_table(runs))
+    _print_sentences(result, unit, console)
 
-    table_style: dict[str, Any] = dict(
-        box=box.SIMPLE, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True
-    )
 
+def _print_setup(result: VerifyResult, console: Console) -> None:
+    """The dataset, then the model, scaling, steps and host in one line."""
     cfg = result.config
     unit = cfg.get("unit", "GPU")
     ds = result.dataset
@@ -45,6 +54,10 @@ def render_verify(result: VerifyResult, console) -> None:
         f"host {result.host.hostname}: {result.host.cpu_count} cores"
         + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
     )
+
+
+def _settings(cfg: dict[str, Any]) -> list[str]:
+    """Each setting that differs from the defaults, in words (unescaped)."""
     tuned = [
         f"{name}: " + ", ".join(f"{k}={v}" for k, v in opts.items())
         for name, opts in (cfg.get("options_per_loader") or {}).items()
@@ -61,22 +74,30 @@ def render_verify(result: VerifyResult, console) -> None:
         tuned.append("each rank pinned to its own share of the cores")
     if cfg.get("workers") is not None:
         tuned.append(f"{cfg['workers']} loader workers / DALI threads per rank")
-    if tuned:
-        console.print("settings: " + "; ".join(escape(t) for t in tuned))
-    order = loaders_in(result)
-    runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
+    return tuned
 
-    def name(r: VerifyRun) -> str:
-        return r.loader + ("" if r.status == "ok" else f" [red]({r.status})[/]")
 
-    table = Table(title="DDP training throughput", title_justify="left", **table_style)
+def _column(table: Table, name: str) -> None:
+    if name == "loader":
+        table.add_column(name, justify="left", no_wrap=True, min_width=9)
+    else:
+        table.add_column(name, justify="right")
+
+
+def _name(r: VerifyRun) -> str:
+    return r.loader + ("" if r.status == "ok" else f" [red]({r.status})[/]")
+
+
+def _throughput_table(runs: list[VerifyRun]) -> Table:
+    """One row per run: images/s, speedup, efficiency, ceiling, data wait, GPU and CPU use."""
+    table = Table(title="DDP training throughput", title_justify="left", **_TABLE_STYLE)
     for col in ("loader", "N", "batch", "img/s", "speedup", "effic", "ceil", "wait", "GPU%",
                 "GPU mem", "CPU"):  # fmt: skip
         _column(table, col)
     for r in runs:
         mem = r.gpu_mem_used_bytes_max or r.gpu_peak_alloc_bytes
         table.add_row(
-            name(r),
+            _name(r),
             str(r.gpus),
             f"{r.per_gpu_batch}×{r.gpus}",
             fmt_rate(r.images_per_s) if r.images_per_s else "—",
@@ -88,24 +109,30 @@ def render_verify(result: VerifyResult, console) -> None:
             fmt_bytes(mem) if mem else "—",
             f"{r.busy_cores_mean:.1f}" if r.busy_cores_mean is not None else "—",
         )
-    console.print(table)
-    steps = Table(
-        title="step time, ms (mean per step over ranks)",
-        title_justify="left",
-        **table_style,
+    return table
+
+
+def _step_table(runs: list[VerifyRun]) -> Table:
+    """One row per run: the mean step and its parts in ms, and the 95th percentile step."""
+    table = Table(
+        title="step time, ms (mean per step over ranks)", title_justify="left", **_TABLE_STYLE
     )
     for col in ("loader", "N", "step", "data", "fwd+bwd", "reduce", "busy", "optim", "other",
                 "p95"):  # fmt: skip
-        _column(steps, col)
+        _column(table, col)
     for r in runs:
         b = r.breakdown
         if b is None:
-            steps.add_row(name(r), str(r.gpus), *(["—"] * 8))
+            table.add_row(_name(r), str(r.gpus), *(["—"] * 8))
             continue
         ms = [b.step_s, b.data_wait_s, b.forward_backward_s, b.allreduce_s, b.allreduce_busy_s,
               b.optimizer_s, b.other_s, b.step.p95_s if b.step else None]  # fmt: skip
-        steps.add_row(name(r), str(r.gpus), *(fmt_ms(x) for x in ms))
-    console.print(steps)
+        table.add_row(_name(r), str(r.gpus), *(fmt_ms(x) for x in ms))
+    return table
+
+
+def _print_sentences(result: VerifyResult, unit: str, console: Console) -> None:
+    """What the columns mean, the verdicts and summary, then errors, warnings and partial."""
     console.print(
         f"  N: {unit_plural(unit)}; wait: share of the step waiting for data; effic: img/s(N) ÷ "
         f"(N × img/s at the fewest {unit_plural(unit)}); ceil: img/s ÷ synthetic img/s at the "

@@ -7,7 +7,7 @@ import ctypes
 import ctypes.util
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 _PAGE = mmap.PAGESIZE
@@ -77,7 +77,7 @@ def residency(paths: Iterable[str]) -> Residency:
     return out
 
 
-def evict(paths: Iterable[str]) -> int:
+def evict(paths: Iterable[str], beat: Callable[[], None] | None = None) -> int:
     """Drop each file's pages from the page cache (posix_fadvise DONTNEED). Returns failures.
 
     Works for clean pages on local filesystems and most network mounts; a filesystem that ignores
@@ -85,6 +85,8 @@ def evict(paths: Iterable[str]) -> int:
     """
     failures = 0
     for path in paths:
+        if beat is not None:
+            beat()
         try:
             fd = os.open(str(path), os.O_RDONLY)
         except OSError:
@@ -104,10 +106,12 @@ def evict(paths: Iterable[str]) -> int:
     return failures
 
 
-def warm(paths: Iterable[str], chunk: int = 1 << 20) -> int:
+def warm(paths: Iterable[str], chunk: int = 1 << 20, beat: Callable[[], None] | None = None) -> int:
     """Read every file once so its pages are cached. Returns bytes read."""
     total = 0
     for path in paths:
+        if beat is not None:
+            beat()
         try:
             with open(str(path), "rb", buffering=0) as f:
                 while data := f.read(chunk):

@@ -6,8 +6,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from feedbench.core.choices import at_least, parse_names
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.profiles import get_profile
+from feedbench.scan.stages import STAGES
 
 PASSES = ("cold", "warm")
 
@@ -38,6 +40,7 @@ class ScanConfig:
     max_consumers: int | None = None
     seed: int = 0
     monitor_interval_s: float = 0.25
+    stall_timeout_s: float = 60.0  # no byte and no batch from any consumer this long: stalled
     loader: str | None = None  # measure a loaders backend end to end: torch, dali or wds
 
     def as_dict(self) -> dict[str, Any]:
@@ -61,12 +64,29 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
 
 
+def parse_stages(text: str) -> tuple[str, ...]:
+    """``"read,decode,augment"`` → validated stage names in pipeline order.
+
+    A single name means that stage and all before it (``augment`` = read, decode, augment).
+    """
+    names = parse_names(text, "--stages")
+    unknown = [n for n in names if n not in STAGES]
+    if unknown:
+        raise FeedbenchError(f"unknown stage {unknown[0]!r}: choose from {', '.join(STAGES)}")
+    if len(names) == 1:
+        return STAGES[: STAGES.index(names[0]) + 1]
+    chosen = tuple(s for s in STAGES if s in names)
+    expected = STAGES[: len(chosen)]
+    if chosen != expected:
+        raise FeedbenchError(
+            f"stages are cumulative: {','.join(chosen)} skips "
+            f"{', '.join(s for s in expected if s not in chosen)}"
+        )
+    return chosen
+
+
 def parse_passes(text: str) -> tuple[str, ...]:
-    names = tuple(p.strip().lower() for p in text.split(",") if p.strip())
-    bad = [p for p in names if p not in PASSES]
-    if not names or bad:
-        raise FeedbenchError(f"--passes takes cold, warm or cold,warm (got {text!r})")
-    return names
+    return parse_names(text, "--passes", PASSES)
 
 
 def plan(config: ScanConfig) -> Plan:
@@ -78,7 +98,9 @@ def plan(config: ScanConfig) -> Plan:
     if config.profile is not None:
         prof = get_profile(config.profile)
         bs = config.batch_size or prof.batch_size
-        acc = prof.as_dict() | {"step_s": prof.step_s(bs), "kind": "profile"}
+        # the step of the batch asked for (the profile's own batch stays in "profile_batch_size")
+        acc = prof.as_dict() | {"step_s": prof.step_s(bs), "kind": "profile", "batch_size": bs}
+        acc["profile_batch_size"] = prof.batch_size
         return Plan(bs, prof.step_s(bs), acc)
     bs = config.batch_size or 64
     if config.rate is not None:
@@ -121,3 +143,26 @@ def _check_loader(backend: str) -> None:
             import webdataset  # noqa: F401
         except ImportError:
             raise FeedbenchError("--loader wds needs webdataset: pip install webdataset") from None
+
+
+def check(config: ScanConfig) -> Plan:
+    """The checks that need no data: one clear error per bad option; the plan they give."""
+    for flag, value, low in (
+        ("--repeat", config.repeat, 1),
+        ("--workers", config.workers, 0),
+        ("--warmup", config.warmup_batches, 0),
+        ("--read-latency", config.read_latency_s, 0),
+        ("--max-consumers", config.max_consumers, 1),
+        ("--stall-timeout", config.stall_timeout_s, 1),
+    ):
+        at_least(value, low, flag)
+    if not 0 <= config.read_ahead_mb <= 1024:
+        raise FeedbenchError("--read-ahead takes 0 to 1024 MiB")
+    if not 0 < config.target_au <= 1:
+        raise FeedbenchError("--target-au must be within (0, 1]")
+    p = plan(config)
+    if config.loader is not None:
+        _check_loader(config.loader)
+    if config.find_max and p.step_s <= 0:
+        raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
+    return p

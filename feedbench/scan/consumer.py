@@ -1,12 +1,19 @@
-"""One consumer = one emulated GPU / DDP rank: its shard, its loader workers, its step loop.
+"""The consumer loop: one consumer = one emulated GPU / DDP rank, its shard, its step loop.
 
-A consumer iterates only its own share of the dataset (DistributedSampler semantics for image
-trees; whole shards, rank::world after a per-epoch seeded shuffle, for tar shards). Its loader
-workers (torch DataLoader processes) run the CPU stages — read, decode, augment, collate — and
-time each one; the consumer process waits for batches (the *data wait*), copies them to the GPU
-(transfer, when CUDA is present), and sleeps the emulated accelerator step. With an emulated step,
-steps are synchronous across consumers by default, as in DDP: a consumer also waits for the
-slowest one (the *sync wait*).
+A consumer iterates only its own share of the dataset (:func:`consumer_units`: DistributedSampler
+semantics for image trees; whole shards, rank::world after a per-epoch seeded shuffle, for tar
+shards). Its loader workers (torch DataLoader processes over
+:class:`~feedbench.scan.stream.StageStream`, the worker side) run the CPU stages and time each
+one; the consumer process waits for batches (the *data wait*), copies them to the GPU (transfer,
+when CUDA is present), and sleeps the emulated accelerator step. With an emulated step, steps
+are synchronous across consumers by default, as in DDP: a consumer also waits for the slowest
+one (the *sync wait*).
+
+:func:`run_consumer` sets up one pass and :func:`consume_batches` runs its loop, in named steps:
+:class:`Tally` (what the batches measured), :class:`StepBarrier` and :func:`emulate_step`,
+:class:`Copies` (host→GPU copies), :func:`consumer_stats` (the tally → :class:`ConsumerStats`).
+:func:`loader_batches` adapts a training loader's batches to the loop (``feedbench scan
+--loader``).
 
 Measuring only: this module returns numbers and never renders.
 """
@@ -20,11 +27,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as tdist
 from torch.utils.data import DataLoader
 
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
-from feedbench.scan.merge import _Clock, _shares, _stats
+from feedbench.scan.merge import Clock, set_shares, stage_stats
 from feedbench.scan.results import ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
 from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, StageStream
@@ -59,6 +67,180 @@ class StepOptions:
     warmup_batches: int = 1
 
 
+class Tally:
+    """What one consumer's batches measured: counts, per-stage busy time, read latencies, the
+    first errors, and the step accounting (data wait, sync wait, step) after the warm-up."""
+
+    def __init__(self, stages: Sequence[str], warmup_batches: int) -> None:
+        self.warmup_batches = warmup_batches
+        self.clocks = {s: Clock() for s in stages if s in CPU_STAGES}
+        self.samples = self.files = self.read_bytes = self.errors = self.batches = 0
+        self.read_latencies: list[float] = []
+        self.kept_errors: list[SampleError] = []
+        self.first_batch_s: float | None = None
+        self.waits: list[float] = []  # data wait per measured batch
+        self.step_s = self.data_wait_s = self.sync_wait_s = 0.0
+        self.steady_samples = 0
+        self.t_start = self.t_end = time.perf_counter()
+        # the steady window starts after the warm-up batches (at once without any)
+        self.t_first_end: float | None = None if warmup_batches > 0 else self.t_start
+
+    def start(self) -> None:
+        self.t_start = time.perf_counter()
+
+    def stop(self) -> None:
+        self.t_end = time.perf_counter()
+
+    @property
+    def wall_s(self) -> float:
+        return self.t_end - self.t_start
+
+    def account(self, times: BatchTimes) -> None:
+        """Add a loader worker's measurements of one batch (an errors-only tail included)."""
+        self.samples += times.samples
+        self.files += times.files
+        self.read_bytes += times.read_bytes
+        self.errors += times.errors
+        self.read_latencies.extend(times.read_latencies)
+        clocks = self.clocks
+        for stage, busy in times.busy_s.items():
+            c = clocks[stage]
+            c.busy_s += busy
+            c.in_bytes += times.in_bytes.get(stage, 0)
+        for stage, c in clocks.items():
+            if stage == "read":
+                c.samples += times.samples + times.errors
+            elif stage in times.busy_s:
+                c.samples += times.samples
+        for key, stage, msg in times.error_list:
+            if len(self.kept_errors) < KEEP_ERRORS:
+                self.kept_errors.append(SampleError(key, stage, msg))
+
+    def count_step(
+        self, samples: int, *, t_ready: float, wait_s: float, sync_wait_s: float, step_s: float
+    ) -> None:
+        """Count one delivered batch of ``samples`` and its step (called after the step);
+        ``t_ready``: when it was ready, after the barrier. Warm-up batches are not measured."""
+        self.batches += 1
+        if self.first_batch_s is None:
+            self.first_batch_s = t_ready - self.t_start
+        if self.batches > self.warmup_batches:
+            self.waits.append(wait_s)
+            self.data_wait_s += wait_s
+            self.sync_wait_s += sync_wait_s
+            self.step_s += step_s
+            self.steady_samples += samples
+        elif self.batches == self.warmup_batches:
+            self.t_first_end = time.perf_counter()
+
+    @property
+    def steady_samples_per_s(self) -> float | None:
+        """Samples per second after the warm-up batches; None when nothing was measured."""
+        if self.t_first_end is None or not self.steady_samples or self.t_end <= self.t_first_end:
+            return None
+        return self.steady_samples / (self.t_end - self.t_first_end)
+
+
+class StepBarrier:
+    """The synchronous step's barrier over ``group``: every consumer steps only when all have a
+    batch; when one runs out, all stop, as DDP ranks must (equal steps on every rank)."""
+
+    def __init__(self, group: Any) -> None:
+        self.group = group
+        self.flag = torch.zeros(1, dtype=torch.int32)
+
+    def __call__(self, have: bool) -> bool:
+        """True when every consumer has a batch for this step."""
+        self.flag.fill_(1 if have else 0)
+        tdist.all_reduce(self.flag, op=tdist.ReduceOp.MIN, group=self.group)
+        return int(self.flag.item()) != 0
+
+    def idle_cost(self, repeats: int = 20) -> float:
+        """Median time of the barrier when every consumer arrives together: part of every
+        measured sync wait is this cost of the emulation itself, not waiting for a slower one."""
+        times = []
+        for _ in range(repeats):
+            tdist.barrier(group=self.group)
+            t0 = time.perf_counter()
+            self.flag.fill_(1)
+            tdist.all_reduce(self.flag, op=tdist.ReduceOp.MIN, group=self.group)
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+
+def emulate_step(step_s: float) -> float:
+    """Sleep the emulated accelerator step; returns the time it took (0.0 without a step)."""
+    if step_s <= 0:
+        return 0.0
+    ts = time.perf_counter()
+    time.sleep(step_s)
+    return time.perf_counter() - ts
+
+
+def timed_copy(batch: torch.Tensor, device: torch.device, clock: Clock, *, pinned: bool) -> None:
+    """One host→GPU copy of ``batch``; its time, samples and bytes added to ``clock``."""
+    tc = time.perf_counter()
+    st.transfer(batch, device, pinned=pinned)
+    clock.busy_s += time.perf_counter() - tc
+    clock.samples += batch.shape[0]
+    clock.in_bytes += batch.numel()
+
+
+class Copies:
+    """Host→GPU copies: from pinned memory in the loop (part of the data wait), as a training
+    loader with ``pin_memory`` does; from pageable memory measured apart, after the loop."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.pinned, self.pageable = Clock(), Clock()
+        self.last: torch.Tensor | None = None
+
+    def copy_pinned(self, batch: torch.Tensor) -> None:
+        timed_copy(batch, self.device, self.pinned, pinned=True)
+        self.last = batch
+
+    def measure_pageable(self, repeats: int = 3) -> None:
+        """Copy the last batch ``repeats`` times from pageable memory (none without a batch)."""
+        if self.last is not None:
+            for _ in range(repeats):
+                timed_copy(self.last, self.device, self.pageable, pinned=False)
+
+    def stats(self) -> list[StageStats]:
+        return [
+            stage_stats("transfer-pinned", self.pinned),
+            stage_stats("transfer-pageable", self.pageable),
+        ]
+
+
+def stage_loader(
+    source: Source,
+    units: np.ndarray,
+    stages: Sequence[str],
+    *,
+    batch_size: int,
+    workers: int,
+    image_size: int,
+    seed: int,
+) -> Iterable[tuple[Any, BatchTimes]]:
+    """The consumer's units through the CPU stages: in ``workers`` forked DataLoader workers, or
+    in the consumer itself with none."""
+    if "augment" in stages:
+        st.Augment(image_size)  # import torchvision here once, not in every forked worker
+    dataset = StageStream(source, units, stages, batch_size, image_size, seed)
+    if workers > 0:
+        return DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=workers,
+            prefetch_factor=2,
+            persistent_workers=False,
+            multiprocessing_context="fork",
+        )
+    # without workers the stream itself: a DataLoader in the main process only adds its
+    # per-batch bookkeeping (0.2-0.7 µs a sample in a one-consumer read pass)
+    return dataset
+
+
 def run_consumer(
     source: Source,
     units: np.ndarray,
@@ -79,192 +261,128 @@ def run_consumer(
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
 
     Data wait = time blocked in ``next()`` plus the pinned host→GPU copy; measured steps are those
-    after ``warmup_batches``. A KeyboardInterrupt propagates to the caller.
+    after ``warmup_batches``. A KeyboardInterrupt propagates to the caller. Returns the stats, the
+    first errors and every read's latency (for percentiles over all consumers' reads).
     """
     steps = steps or StepOptions()
     if batches is not None:  # a training loader (feedbench scan --loader): timed end to end
-        loader: Iterable[tuple[Any, BatchTimes]] = batches
-        stages = ()
+        loader, stages = batches, ()
     else:
-        if "augment" in stages:
-            st.Augment(image_size)  # import torchvision here once, not in every forked worker
-        dataset = StageStream(source, units, stages, batch_size, image_size, seed)
-        # without workers the stream itself: a DataLoader in the main process only adds its
-        # per-batch bookkeeping (0.2-0.7 µs a sample in a one-consumer read pass)
-        loader = dataset
-        if workers > 0:
-            loader = DataLoader(
-                dataset,
-                batch_size=None,
-                num_workers=workers,
-                prefetch_factor=2,
-                persistent_workers=False,
-                multiprocessing_context="fork",
-            )
-    do_transfer = "transfer" in stages and device is not None
+        loader = stage_loader(source, units, stages, batch_size=batch_size, workers=workers,
+                              image_size=image_size, seed=seed)  # fmt: skip
+    copies = Copies(device) if "transfer" in stages and device is not None else None
     sync = steps.sync and steps.step_s > 0 and group is not None
-    clocks = {s: _Clock() for s in stages if s in CPU_STAGES}
-    pinned, pageable = _Clock(), _Clock()
-    read_latencies: list[float] = []
-    errors: list[SampleError] = []
-    samples = files = read_bytes = n_errors = batches = 0
-    first_batch_s: float | None = None
-    waits: list[float] = []
-    step_total = wait_total = sync_total = 0.0
-    steady_samples = 0
-    t_first_end: float | None = None if steps.warmup_batches > 0 else time.perf_counter()
-    last_batch: torch.Tensor | None = None
-    flag = torch.zeros(1, dtype=torch.int32)
-    barrier_idle_s = _barrier_cost(flag, group) if sync else None
+    barrier = StepBarrier(group) if sync else None
+    tally = Tally(stages, steps.warmup_batches)
+    barrier_idle_s = barrier.idle_cost() if barrier is not None else None
+    consume_batches(loader, tally, steps.step_s, copies=copies, barrier=barrier, progress=progress)
+    if copies is not None:
+        copies.measure_pageable()  # pageable copies measured apart, not in the loop
+    stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
+                           loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
+    raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
+    return stats, tally.kept_errors, raw
 
-    t_start = time.perf_counter()
+
+def consume_batches(
+    loader: Iterable[tuple[Any, BatchTimes]],
+    tally: Tally,
+    step_s: float,
+    *,
+    copies: Copies | None = None,
+    barrier: StepBarrier | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> None:
+    """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
+    the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
+    The loader's workers start with the clock and stop when this returns."""
+    tally.start()
     it = start_workers(loader)
     while True:
         t0 = time.perf_counter()
-        try:
-            payload, times = next(it)
-            have = True
-        except StopIteration:
-            payload, times, have = None, None, False
-        if have and do_transfer and isinstance(payload, torch.Tensor):
-            tc = time.perf_counter()
-            st.transfer(payload, device, pinned=True)
-            pinned.busy_s += time.perf_counter() - tc
-            pinned.samples += payload.shape[0]
-            pinned.in_bytes += payload.numel()
-            last_batch = payload
+        item = next(it, None)
+        if copies is not None and item is not None and isinstance(item[0], torch.Tensor):
+            copies.copy_pinned(item[0])
         t1 = time.perf_counter()
-        if sync:
-            import torch.distributed as tdist
-
-            flag.fill_(1 if have else 0)
-            tdist.all_reduce(flag, op=tdist.ReduceOp.MIN, group=group)
-            if int(flag.item()) == 0:
-                break  # someone ran out: everyone stops, as DDP ranks must (equal steps)
-        elif not have:
-            break
+        go_on = barrier(item is not None) if barrier is not None else item is not None
+        if not go_on:
+            break  # synced: as soon as any consumer has run out
         t2 = time.perf_counter()
-        assert times is not None
-        # account the worker's measurements
-        samples += times.samples
-        files += times.files
-        read_bytes += times.read_bytes
-        n_errors += times.errors
-        read_latencies.extend(times.read_latencies)
-        for stage, busy in times.busy_s.items():
-            c = clocks[stage]
-            c.busy_s += busy
-            c.in_bytes += times.in_bytes.get(stage, 0)
-        for stage in clocks:
-            if stage == "read":
-                clocks[stage].samples += times.samples + times.errors
-            elif stage in times.busy_s:
-                clocks[stage].samples += times.samples
-        for key, stage, msg in times.error_list:
-            if len(errors) < KEEP_ERRORS:
-                errors.append(SampleError(key, stage, msg))
+        times = item[1]
+        tally.account(times)
         if progress is not None:
             progress(times.read_bytes)
         if times.samples == 0:
             continue  # a worker's tail with only errors: not a batch
-        batches += 1
-        if first_batch_s is None:
-            first_batch_s = t2 - t_start
-        measured = batches > steps.warmup_batches
-        if steps.step_s > 0:
-            ts = time.perf_counter()
-            time.sleep(steps.step_s)
-            step = time.perf_counter() - ts
-        else:
-            step = 0.0
-        if measured:
-            waits.append(t1 - t0)
-            wait_total += t1 - t0
-            sync_total += t2 - t1
-            step_total += step
-            steady_samples += times.samples
-        elif batches == steps.warmup_batches:
-            t_first_end = time.perf_counter()
-    t_end = time.perf_counter()
-    del it
+        step = emulate_step(step_s)
+        tally.count_step(
+            times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step
+        )
+    tally.stop()
 
-    if do_transfer and last_batch is not None:  # pageable copies measured apart, not in the loop
-        for _ in range(3):
-            tc = time.perf_counter()
-            st.transfer(last_batch, device, pinned=False)
-            pageable.busy_s += time.perf_counter() - tc
-            pageable.samples += last_batch.shape[0]
-            pageable.in_bytes += last_batch.numel()
 
-    wall_s = t_end - t_start
-    stage_stats = [
-        _stats(name, c, latencies=read_latencies if name == "read" else None)
-        for name, c in clocks.items()
+def consumer_stats(
+    tally: Tally,
+    *,
+    rank: int,
+    stages: Sequence[str],
+    copies: Copies | None,
+    loader_name: str | None,
+    barrier_idle_s: float | None,
+) -> ConsumerStats:
+    """The consumer's stats from its tally: stage statistics (a training loader's as one stage)
+    with their shares, rates over the wall time and after the warm-up, and the AU."""
+    wall_s = tally.wall_s
+    stats = [
+        stage_stats(name, c, latencies=tally.read_latencies if name == "read" else None)
+        for name, c in tally.clocks.items()
     ]
     if loader_name is not None:
-        stage_stats.append(
-            StageStats(
-                name=f"loader:{loader_name}",
-                samples=samples,
-                busy_s=wall_s,
-                in_bytes=0,
-                samples_per_s=samples / wall_s if wall_s > 0 else 0.0,
-                mb_per_s=0.0,
-                share=1.0,
-                latency=percentiles(waits),
-                note="end to end: read, decode, augment, collate and copy inside the loader; "
-                "latency = data wait per batch; bytes are not counted inside the loader",
-            )
-        )
+        stats.append(_loader_stage(loader_name, tally))
     if "transfer" in stages:
-        if do_transfer:
-            stage_stats.append(_stats("transfer-pinned", pinned))
-            stage_stats.append(_stats("transfer-pageable", pageable))
+        if copies is not None:
+            stats.extend(copies.stats())
         else:
-            stage_stats.append(
+            stats.append(
                 StageStats("transfer", 0, 0.0, 0, 0.0, 0.0, 0.0, None, False, "no CUDA device")
             )
-    _shares(stage_stats)
-    steady = None
-    if t_first_end is not None and steady_samples and t_end > t_first_end:
-        steady = steady_samples / (t_end - t_first_end)
-    stats = ConsumerStats(
+    set_shares(stats)
+    return ConsumerStats(
         rank=rank,
-        samples=samples,
-        files=files,
-        read_bytes=read_bytes,
-        errors=n_errors,
-        batches=batches,
+        samples=tally.samples,
+        files=tally.files,
+        read_bytes=tally.read_bytes,
+        errors=tally.errors,
+        batches=tally.batches,
         wall_s=wall_s,
-        first_batch_s=first_batch_s,
-        samples_per_s=samples / wall_s if wall_s > 0 else 0.0,
-        steady_samples_per_s=steady,
-        stages=stage_stats,
-        step_s=step_total,
-        data_wait_s=wait_total,
-        sync_wait_s=sync_total,
+        first_batch_s=tally.first_batch_s,
+        samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
+        steady_samples_per_s=tally.steady_samples_per_s,
+        stages=stats,
+        step_s=tally.step_s,
+        data_wait_s=tally.data_wait_s,
+        sync_wait_s=tally.sync_wait_s,
         barrier_idle_s=barrier_idle_s,
-        data_wait=percentiles(waits),
-        au=accelerator_utilisation(step_total, wait_total, sync_total),
+        data_wait=percentiles(tally.waits),
+        au=accelerator_utilisation(tally.step_s, tally.data_wait_s, tally.sync_wait_s),
     )
-    # every read's latency, for percentiles over all consumers' reads (not kept in the results)
-    raw = {"read": np.asarray(read_latencies, dtype=np.float32)}
-    return stats, errors, raw
 
 
-def _barrier_cost(flag: torch.Tensor, group: Any, repeats: int = 20) -> float:
-    """Median time of the step barrier when every consumer arrives together: part of every
-    measured sync wait is this cost of the emulation itself, not waiting for a slower consumer."""
-    import torch.distributed as tdist
-
-    times = []
-    for _ in range(repeats):
-        tdist.barrier(group=group)
-        t0 = time.perf_counter()
-        flag.fill_(1)
-        tdist.all_reduce(flag, op=tdist.ReduceOp.MIN, group=group)
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+def _loader_stage(name: str, tally: Tally) -> StageStats:
+    """A training loader timed end to end, as one stage over the consumer's wall time."""
+    wall_s = tally.wall_s
+    return StageStats(
+        name=f"loader:{name}",
+        samples=tally.samples,
+        busy_s=wall_s,
+        in_bytes=0,
+        samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
+        mb_per_s=0.0,
+        share=1.0,
+        latency=percentiles(tally.waits),
+        note="end to end: read, decode, augment, collate and copy inside the loader; "
+        "latency = data wait per batch; bytes are not counted inside the loader",
+    )
 
 
 def loader_batches(loader: Iterable[Any]) -> Iterator[tuple[Any, BatchTimes]]:

@@ -1,4 +1,8 @@
-"""Per-consumer measurements merged: stage statistics and one :class:`Measurement` per run."""
+"""Merging per-consumer stats: stage statistics summed over consumers, and one
+:class:`Measurement` per measured configuration (built by rank 0 from every consumer's stats).
+
+:class:`Clock` and :func:`stage_stats` turn busy time into a stage's statistics for one consumer
+(:mod:`feedbench.scan.consumer`) and for the merged result alike."""
 
 from __future__ import annotations
 
@@ -10,14 +14,16 @@ from feedbench.core.stats import Percentiles, percentiles
 from feedbench.scan.results import Measurement, StageStats
 
 
-class _Clock:
+class Clock:
+    """A stage's busy time, samples and input bytes, added up."""
+
     def __init__(self) -> None:
         self.busy_s = 0.0
         self.samples = 0
         self.in_bytes = 0
 
 
-def _stats(name: str, c: _Clock, latencies: Sequence[float] | None = None) -> StageStats:
+def stage_stats(name: str, c: Clock, latencies: Sequence[float] | None = None) -> StageStats:
     return StageStats(
         name=name,
         samples=c.samples,
@@ -30,7 +36,7 @@ def _stats(name: str, c: _Clock, latencies: Sequence[float] | None = None) -> St
     )
 
 
-def _shares(stats: list[StageStats]) -> None:
+def set_shares(stats: list[StageStats]) -> None:
     """Each stage's share of the pipeline's busy time (pageable copies are measured apart)."""
     counted = [s for s in stats if s.available and s.name != "transfer-pageable"]
     total = sum(s.busy_s for s in counted)
@@ -47,7 +53,7 @@ def merge_stages(
     Latency percentiles come from ``latencies`` (every consumer's raw values for a stage, pooled)
     when given; otherwise each percentile is the worst consumer's (an upper bound)."""
     order: list[str] = []
-    acc: dict[str, _Clock] = {}
+    acc: dict[str, Clock] = {}
     lat: dict[str, list[Percentiles]] = {}
     unavailable: dict[str, StageStats] = {}
     for stats in per_consumer:
@@ -58,7 +64,7 @@ def merge_stages(
                     order.append(s.name)
                 continue
             if s.name not in acc:
-                acc[s.name] = _Clock()
+                acc[s.name] = Clock()
                 if s.name not in order:
                     order.append(s.name)
             c = acc[s.name]
@@ -72,7 +78,7 @@ def merge_stages(
         if name in unavailable and name not in acc:
             out.append(unavailable[name])
             continue
-        merged = _stats(name, acc[name])
+        merged = stage_stats(name, acc[name])
         pooled = (latencies or {}).get(name)
         if pooled is not None and len(pooled):
             merged.latency = percentiles(pooled)
@@ -85,11 +91,12 @@ def merge_stages(
                 max(p.max_s for p in ps),
             )
         out.append(merged)
-    _shares(out)
+    set_shares(out)
     return out
 
 
 def build_measurement(gathered, world, workers, pass_name, repeat, state, timeline) -> Measurement:
+    """One measurement from every consumer's ``(stats, errors, raw latencies)``, as gathered."""
     stats = sorted((s for s, _, _ in gathered), key=lambda s: s.rank)
     pooled = {
         name: np.concatenate([raw[name] for _, _, raw in gathered if name in raw])

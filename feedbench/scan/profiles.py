@@ -38,8 +38,9 @@ PROFILES: dict[str, Profile] = {
             batch_size=256,
             precision="bf16 autocast",
             source=(
-                "measured on one H200 (device machine), synthetic data already on the GPU, "
-                "2026-11-29; see ../shared/device/README.md (≈ 4,700 img/s) and BENCHMARKS.md"
+                "ResNet-50 training on synthetic data already on the GPU, one H200, "
+                "2026-11-29; feedbench verify's synthetic ceiling there later measured "
+                "4,473-4,603 img/s (BENCHMARKS.md, verify sections)"
             ),
         ),
     )

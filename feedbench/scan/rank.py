@@ -1,4 +1,7 @@
-"""One consumer process: every pass × repeat of a scan at one world size, cold cache included."""
+"""One consumer process (one rank): every pass × repeat of a scan at one world size, cold cache
+included. :func:`run_rank` opens the consumer (:func:`open_consumer`), then takes one
+:func:`measure` per pass × repeat: cache prepared, a common start, :func:`consume`, stats gathered,
+rank 0 building the measurement."""
 
 from __future__ import annotations
 
@@ -8,13 +11,17 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+import torch
+import torch.distributed as tdist
+
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.monitor import Monitor
 from feedbench.scan import cache
 from feedbench.scan.config import ScanConfig, plan
 from feedbench.scan.consumer import StepOptions, consumer_units, loader_batches, run_consumer
 from feedbench.scan.merge import build_measurement
-from feedbench.scan.results import CacheState, Measurement, SampleError
+from feedbench.scan.results import CacheState, ConsumerStats, Measurement, SampleError
 from feedbench.scan.sources import Source, detect
 
 
@@ -53,13 +60,16 @@ def _check_direct(source: Source) -> None:
         ) from e
 
 
-def prepare_cache(name: str, files, drop: bool) -> tuple[CacheState, list[str]]:
-    """Evict before a cold pass (and say how cold it really is); leave the cache for warm."""
+def prepare_cache(
+    name: str, files, drop: bool, beat: Callable[[], None] | None = None
+) -> tuple[CacheState, list[str]]:
+    """Evict before a cold pass (and say how cold it really is); leave the cache for warm.
+    ``beat()`` is called for every file handled (a sign of life)."""
     warnings: list[str] = []
     if name == "warm":
         resident = cache.residency(files).fraction
         if resident < 0.95:  # a warm pass must be warm: read everything once first
-            cache.warm(files)
+            cache.warm(files, beat=beat)
             resident = cache.residency(files).fraction
             if resident < 0.95:
                 warnings.append(
@@ -67,7 +77,7 @@ def prepare_cache(name: str, files, drop: bool) -> tuple[CacheState, list[str]]:
                     "partly cold"
                 )
         return CacheState("warm", resident), warnings
-    failures = cache.evict(files)
+    failures = cache.evict(files, beat=beat)
     if drop and not cache.drop_all_caches():
         warnings.append("--drop-caches needs root: only per-file eviction was done")
     resident = cache.residency(files).fraction
@@ -86,6 +96,47 @@ class RankOutcome:
     warnings: list[str]
 
 
+@dataclass
+class Consumer:
+    """What one consumer process keeps across its measurements."""
+
+    rank: int
+    world: int
+    local_rank: int
+    workers: int
+    config: ScanConfig
+    source: Source
+    batch_size: int
+    steps: StepOptions
+    device: Any = None  # this rank's GPU, where transfer or a training loader wants one
+    loader: Any = None  # the training loader under --loader
+
+
+def open_consumer(
+    rank: int, world: int, local_rank: int, config: ScanConfig, workers: int
+) -> Consumer:
+    """Open the source, pick this rank's GPU and build the training loader (``--loader``)."""
+    p = plan(config)
+    source, _ = open_source(config)
+    device = None
+    wants_gpu = "transfer" in config.stages or config.loader is not None
+    if wants_gpu and torch.cuda.is_available():
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
+    loader = None
+    if config.loader is not None:
+        from loaders import build_loader
+
+        loader = build_loader(
+            config.path, config.loader, p.batch_size, image_size=config.image_size,
+            rank=rank, world_size=world, local_rank=local_rank, seed=config.seed,
+            workers=workers, device=device,
+        )  # fmt: skip
+    return Consumer(rank, world, local_rank, workers, config, source, p.batch_size, steps,
+                    device, loader)  # fmt: skip
+
+
 def run_rank(
     rank: int,
     world: int,
@@ -97,9 +148,6 @@ def run_rank(
     progress: Callable[[int], None] | None = None,
 ) -> None:
     """One consumer process: every pass × repeat of ``config`` at this world size."""
-    import torch
-    import torch.distributed as tdist
-
     tdist.init_process_group(
         "gloo",
         init_method=init_method,
@@ -108,75 +156,85 @@ def run_rank(
         timeout=timedelta(minutes=30),
     )
     try:
-        p = plan(config)
-        source, _ = open_source(config)
-        device = None
-        wants_gpu = "transfer" in config.stages or config.loader is not None
-        if wants_gpu and torch.cuda.is_available():
-            device = torch.device("cuda", local_rank % torch.cuda.device_count())
-            torch.cuda.set_device(device)
-        steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
-        loader = None
-        if config.loader is not None:
-            from loaders import build_loader
-
-            loader = build_loader(
-                config.path, config.loader, p.batch_size, image_size=config.image_size,
-                rank=rank, world_size=world, local_rank=local_rank, seed=config.seed,
-                workers=workers, device=device,
-            )  # fmt: skip
-        epoch = 0
+        c = open_consumer(rank, world, local_rank, config, workers)
+        epoch = 0  # one per pass × repeat
         for pass_name in config.passes:
             for repeat in range(1, config.repeat + 1):
-                state, warnings = CacheState(pass_name, None), []
-                if local_rank == 0 and not source.remote:
-                    state, warnings = prepare_cache(pass_name, source.files(), config.drop_caches)
-                tdist.barrier()
-                monitor = (
-                    _start_monitor(f"{world} consumers, {pass_name}, repeat {repeat}", config)
-                    if rank == 0
-                    else None
-                )
-                units = consumer_units(source, rank, world, seed=config.seed, epoch=epoch)
-                batches = None
-                if loader is not None:
-                    loader.set_epoch(epoch)
-                    batches = loader_batches(loader)
-                stats, errors, raw = run_consumer(
-                    source,
-                    units,
-                    config.stages,
-                    rank=rank,
-                    batch_size=p.batch_size,
-                    workers=workers,
-                    image_size=config.image_size,
-                    seed=config.seed + epoch,
-                    steps=steps,
-                    device=device,
-                    group=tdist.group.WORLD,
-                    progress=progress,
-                    batches=batches,
-                    loader_name=config.loader,
-                )
-                if loader is not None:
-                    # the loaders run ahead into the next epoch (workers, DALI's prefetch): stop
-                    # them here, so that nothing of the next pass is read before its cache
-                    # eviction or done before its clock starts; each pass starts the loader anew
-                    loader.close()
-                timeline = monitor.stop() if monitor is not None else None
-                gathered: list[Any] | None = [None] * world if rank == 0 else None
-                tdist.gather_object((stats, errors, raw), gathered, dst=0)
-                if rank == 0 and on_measurement is not None:
-                    assert gathered is not None
-                    m = build_measurement(
-                        gathered, world, workers, pass_name, repeat, state, timeline
-                    )
-                    errs = [e for _, es, _ in gathered for e in es]
-                    on_measurement(RankOutcome(m, errs, warnings))
+                outcome = measure(c, pass_name, repeat, epoch, progress, on_measurement is not None)
+                if outcome is not None and on_measurement is not None:
+                    on_measurement(outcome)
                 epoch += 1
     finally:
         with contextlib.suppress(Exception):
             tdist.destroy_process_group()
+
+
+def measure(
+    c: Consumer,
+    pass_name: str,
+    repeat: int,
+    epoch: int,
+    progress: Callable[[int], None] | None,
+    build: bool,
+) -> RankOutcome | None:
+    """One measurement on every rank: cache prepared (by each host's local rank 0), a common
+    start, this consumer's pass, every consumer's stats gathered. Rank 0 alone builds the
+    measurement (when ``build``); the other ranks return None."""
+    state, warnings = CacheState(pass_name, None), []
+    # heartbeats for the parent's stall watchdog: preparing the cache, and ready to read
+    beat = (lambda: progress(0)) if progress is not None else None
+    if c.local_rank == 0 and not c.source.remote:
+        state, warnings = prepare_cache(pass_name, c.source.files(), c.config.drop_caches, beat)
+    tdist.barrier()
+    if beat is not None:
+        beat()
+    monitor = (
+        _start_monitor(f"{c.world} consumers, {pass_name}, repeat {repeat}", c.config)
+        if c.rank == 0
+        else None
+    )
+    consumed = consume(c, epoch, progress)
+    timeline = monitor.stop() if monitor is not None else None
+    gathered: list[Any] | None = [None] * c.world if c.rank == 0 else None
+    tdist.gather_object(consumed, gathered, dst=0)
+    if gathered is None or not build:
+        return None
+    m = build_measurement(gathered, c.world, c.workers, pass_name, repeat, state, timeline)
+    errors = [e for _, es, _ in gathered for e in es]
+    return RankOutcome(m, errors, warnings)
+
+
+def consume(
+    c: Consumer, epoch: int, progress: Callable[[int], None] | None
+) -> tuple[ConsumerStats, list[SampleError], dict[str, np.ndarray]]:
+    """This consumer's pass over its units of ``epoch``, its steps synced over the world group."""
+    units = consumer_units(c.source, c.rank, c.world, seed=c.config.seed, epoch=epoch)
+    batches = None
+    if c.loader is not None:
+        c.loader.set_epoch(epoch)
+        batches = loader_batches(c.loader)
+    consumed = run_consumer(
+        c.source,
+        units,
+        c.config.stages,
+        rank=c.rank,
+        batch_size=c.batch_size,
+        workers=c.workers,
+        image_size=c.config.image_size,
+        seed=c.config.seed + epoch,
+        steps=c.steps,
+        device=c.device,
+        group=tdist.group.WORLD,
+        progress=progress,
+        batches=batches,
+        loader_name=c.config.loader,
+    )
+    if c.loader is not None:
+        # the loaders run ahead into the next epoch (workers, DALI's prefetch): stop them here,
+        # so that nothing of the next pass is read before its cache eviction or done before its
+        # clock starts; each pass starts the loader anew
+        c.loader.close()
+    return consumed
 
 
 def _start_monitor(label: str, config: ScanConfig) -> Monitor:

@@ -94,6 +94,7 @@ class Measurement:
     au_min: float | None = None
     monitor: Timeline | None = None
     partial: bool = False
+    failed: str | None = None  # why this measurement is no rate: stalled, most samples failed
 
 
 @dataclass
@@ -113,6 +114,9 @@ class CurvePoint:
     au_mean: float | None = None
     au_min: float | None = None
     rate_basis: str = "steady"  # "steady": after warm-up batches; "pass": whole pass incl. start
+    workers: int | None = None  # loader workers per consumer
+    speedup: float | None = None  # samples/s ÷ samples/s of one consumer (same pass)
+    failed: int = 0  # repeats that failed (left out of the mean ± std)
 
 
 @dataclass
@@ -133,6 +137,7 @@ class ScanResult(Envelope):
     accelerator: dict[str, Any] | None = None  # the emulated step: profile, step_s, rate, source
     verdict: Verdict | None = None
     errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
+    failure: str | None = None  # why the scan stopped early (a consumer died, storage stalled)
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:

@@ -8,21 +8,31 @@ what was measured.
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from typing import Any
 
 import psutil
 
 from feedbench.core.envelope import DatasetInfo, envelope
-from feedbench.core.errors import FeedbenchError
-from feedbench.core.supervise import Interrupted, free_port, leave_without_finalizing
-from feedbench.scan.config import Plan, ScanConfig, _check_loader, plan
+from feedbench.core.errors import FeedbenchError, MeasurementFailed
+from feedbench.core.supervise import (
+    Interrupted,
+    Watchdog,
+    free_port,
+    job_tag,
+    leave_without_finalizing,
+    reap,
+)
+from feedbench.core.system import client_cache_caveat
+from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
-from feedbench.scan.results import ScanResult
+from feedbench.scan.results import Measurement, ScanResult
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from loaders import default_workers
@@ -36,6 +46,7 @@ def _spawned(
     workers: int,
     out_path: str,
     done_bytes: Any,
+    beats: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     outcomes: list[RankOutcome] = []
@@ -47,8 +58,9 @@ def _spawned(
             pickle.dump(outcomes, f)
         os.replace(tmp, out_path)
 
-    def progress(nbytes: int) -> None:
-        done_bytes[local_rank] += nbytes  # one writer per slot: no lock needed
+    def progress(nbytes: int) -> None:  # one writer per slot: no lock needed
+        done_bytes[local_rank] += nbytes
+        beats[local_rank] += 1  # a batch taken (also one of failed samples): not stalled
 
     run_rank(
         local_rank,
@@ -71,58 +83,114 @@ def run_count(
 ) -> list[RankOutcome]:
     """Spawn ``n`` local consumers, run every pass × repeat, return rank 0's gathered outcomes.
 
-    ``on_progress(bytes read so far, all consumers)`` is called about twice a second.
+    ``on_progress(bytes read so far, all consumers)`` is called about twice a second. Ctrl-C
+    raises :class:`Interrupted`; a consumer that fails, or none making progress for the stall
+    timeout, raises :class:`_CountFailed`: both with the outcomes measured before, and every
+    process the count started ended (its loader workers too).
     """
     import multiprocessing
+    from multiprocessing import resource_tracker
 
     import torch.multiprocessing as mp
 
-    done_bytes = multiprocessing.get_context("spawn").Array("q", n, lock=False)
-
+    resource_tracker.ensure_running()  # before the job's tag: it outlives the job, not reaped
+    spawn = multiprocessing.get_context("spawn")
+    done_bytes, beats = spawn.Array("q", n, lock=False), spawn.Array("q", n, lock=False)
     fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
     os.close(fd)
     os.unlink(out_path)
     init = f"tcp://127.0.0.1:{free_port()}"
-    ctx = mp.start_processes(
-        _spawned,
-        args=(n, config.as_dict(), init, workers, out_path, done_bytes),
-        nprocs=n,
-        join=False,
-        start_method="spawn",
-    )
-    failure: str | None = None
-    interrupted = False
+    with job_tag() as tag:
+        ctx = mp.start_processes(
+            _spawned,
+            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats),
+            nprocs=n,
+            join=False,
+            start_method="spawn",
+        )
     try:
-        while not ctx.join(timeout=0.5):
-            if on_progress is not None:
-                on_progress(sum(done_bytes))
-    except KeyboardInterrupt:
-        interrupted = True
-    except mp.ProcessRaisedException as e:
-        failure = f"consumer {e.error_index} failed: {_last_line(str(e))}"
-    except mp.ProcessExitedException as e:
-        failure = f"consumer {e.error_index} died (exit code {e.exit_code})"
+        how, why = _watch(ctx, config, done_bytes, beats, on_progress)
     finally:
-        for proc in ctx.processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in ctx.processes:
-            proc.join(timeout=10)
-            if proc.is_alive():
-                proc.kill()
+        _end(ctx, tag)
     outcomes: list[RankOutcome] = []
     if os.path.exists(out_path):
         with open(out_path, "rb") as f:
             outcomes = pickle.load(f)
         os.unlink(out_path)
-    if interrupted:
+    if how == "interrupted":
         raise Interrupted(outcomes)
-    if failure:
-        raise _CountFailed(failure, outcomes)
+    if how == "stalled":
+        stalled = _in_flight(config, n, workers, len(outcomes), why)
+        outcomes.append(stalled)
+        m = stalled.measurement
+        why = f"{n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass: {why}"
+    if why:
+        raise _CountFailed(why, outcomes)
     return outcomes
 
 
-class _CountFailed(FeedbenchError):
+def _watch(ctx, config: ScanConfig, done_bytes, beats, on_progress) -> tuple[str, str | None]:
+    """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
+    ("stalled", why)."""
+    import torch.multiprocessing as mp
+
+    dog = Watchdog(len(done_bytes), config.stall_timeout_s)
+    try:
+        while not ctx.join(timeout=0.5):
+            if on_progress is not None:
+                on_progress(sum(done_bytes))
+            if dog.check(list(zip(done_bytes, beats, strict=True))):
+                return "stalled", _stall_message(dog, config)
+    except KeyboardInterrupt:
+        return "interrupted", None
+    except mp.ProcessRaisedException as e:
+        return "failed", f"consumer {e.error_index} failed: {_last_line(str(e))}"
+    except mp.ProcessExitedException as e:
+        return "failed", f"consumer {e.error_index} died (exit code {e.exit_code})"
+    return "done", None
+
+
+def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
+    (first, silent_s), *_ = dog.silent()
+    return (
+        f"stalled: no consumer read a byte or took a batch for {silent_s:.0f} s (consumer "
+        f"{first} the longest) reading {config.path}; the storage stopped answering "
+        f"(--stall-timeout {config.stall_timeout_s:g})"
+    )
+
+
+def _end(ctx, tag: str, grace_s: float = 5.0) -> None:
+    """Every process of the count ended: the consumers (SIGTERM; SIGKILL for those still there
+    after ``grace_s`` in all, e.g. stuck in a read), then whatever carries the count's tag (the
+    loader workers a consumer left behind)."""
+    for proc in ctx.processes:
+        if proc.is_alive():
+            proc.terminate()
+    deadline = time.monotonic() + grace_s
+    for proc in ctx.processes:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in ctx.processes:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+    reap(tag, grace_s=2.0)
+
+
+def _in_flight(config: ScanConfig, n: int, workers: int, done: int, why: str) -> RankOutcome:
+    """The measurement a stall stopped, recorded as failed (no rate)."""
+    from feedbench.scan.results import CacheState, Measurement
+
+    pass_name = config.passes[min(done // config.repeat, len(config.passes) - 1)]
+    m = Measurement(
+        consumers=n, workers=workers, pass_name=pass_name, repeat=done % config.repeat + 1,
+        samples=0, files=0, read_bytes=0, errors=0, batches=0, wall_s=0.0, first_batch_s=None,
+        samples_per_s=0.0, steady_samples_per_s=None, mb_per_s=0.0, files_per_s=0.0, stages=[],
+        cache=CacheState(pass_name, None), partial=True, failed=why,
+    )  # fmt: skip
+    return RankOutcome(m, [], [])
+
+
+class _CountFailed(MeasurementFailed):
     def __init__(self, message: str, outcomes: list[RankOutcome]) -> None:
         super().__init__(message)
         self.outcomes = outcomes
@@ -139,7 +207,7 @@ def _last_line(text: str) -> str:
 
 def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) -> ScanResult:
     dataset = DatasetInfo(
-        path=os.path.abspath(config.path),
+        path=config.path if source.remote else os.path.abspath(config.path),
         format=source.kind,
         files=len(source.files()),
         bytes=source.total_bytes(),
@@ -147,19 +215,16 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
     )
     cfg = config.as_dict() | {"batch_size": p.batch_size}
     result = ScanResult(
-        **envelope("scan", cfg),
+        **envelope("scan", cfg, config.path),
         dataset=dataset,
         accelerator=p.accelerator,
         warnings=list(notes) + p.warnings,
     )
     ram = psutil.virtual_memory().total
-    if source.remote:
-        result.warnings.append(
-            "remote source: 'cold' means this machine holds no copy (reads bypass any client "
-            "cache); the server's own caches are out of feedbench's reach, so a second pass may "
-            "be served from its memory"
-        )
-    elif dataset.bytes < 5 * ram:
+    caveat = client_cache_caveat(result.system) if result.system else None
+    if caveat:
+        result.warnings.append(caveat)
+    if not source.remote and dataset.bytes < 5 * ram:
         result.warnings.append(
             f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× RAM ({ram / 1e9:.0f} GB): "
             "in training it would stay in the page cache after the first epoch; the cold pass "
@@ -169,23 +234,9 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
 
 
 def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
-    if config.repeat < 1:
-        raise FeedbenchError("--repeat must be at least 1")
-    if config.workers is not None and config.workers < 0:
-        raise FeedbenchError("--workers must be 0 or more")
-    if config.warmup_batches < 0:
-        raise FeedbenchError("--warmup-batches must be 0 or more")
-    if config.read_latency_s < 0:
-        raise FeedbenchError("--read-latency must be 0 or more")
-    if not 0 <= config.read_ahead_mb <= 1024:
-        raise FeedbenchError("--read-ahead takes 0 to 1024 MiB")
-    if not 0 < config.target_au <= 1:
-        raise FeedbenchError("--target-au must be within (0, 1]")
-    p = plan(config)
-    if config.loader is not None:
-        _check_loader(config.loader)
-    if config.find_max and p.step_s <= 0:
-        raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
+    """The config's own checks (:func:`feedbench.scan.config.check`), then those that need the
+    data: one clear error for anything that cannot be measured."""
+    p = check(config)
     source, notes = open_source(config)
     if source.remote and (config.direct or config.drop_caches):
         raise FeedbenchError(
@@ -214,7 +265,25 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
             f"{source.units()} tar shards cannot feed {biggest} consumers: each consumer reads "
             "whole shards; use fewer consumers or more shards"
         )
+    if source.kind == "tree":
+        _check_warmup(config.warmup_batches, batches_per_consumer(source.units(), biggest, p))
     return source, notes, p
+
+
+def batches_per_consumer(samples: int, consumers: int, p: Plan) -> int:
+    """Batches each consumer reads in a pass (DistributedSampler: ceil(n / N) samples each)."""
+    return math.ceil(math.ceil(samples / consumers) / p.batch_size)
+
+
+def _check_warmup(warmup: int, batches: int) -> None:
+    """More warm-up batches than a pass has: nothing would be measured. (As many: the rate falls
+    back to the whole pass, and says so.)"""
+    if warmup > batches:
+        raise FeedbenchError(
+            f"--warmup {warmup} leaves nothing to measure: a consumer reads {batches} batch"
+            f"{'es' if batches != 1 else ''} per pass; use a smaller --warmup or --batch-size, "
+            "or more data"
+        )
 
 
 def scan(
@@ -228,7 +297,8 @@ def scan(
 
     ``on_update`` gets the result after every count (for saving); ``on_count(n, workers, bytes)``
     is told when a count starts and ``on_progress(bytes)`` as it goes. Ctrl-C returns the
-    result so far, marked partial.
+    result so far, marked partial; so does a failure (a consumer died, the storage stalled, most
+    samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
     source, notes, p = validate(config)
     if not source.remote:
@@ -264,6 +334,11 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
         result.curve = curve(result.measurements)
         if on_update:
             on_update(result)
+        failed = next((m for m in result.measurements[-len(outcomes) :] if m.failed), None)
+        if failed is not None:  # a server that died: the next counts would only fail too
+            raise _CountFailed(
+                f"{n} consumer{'s' if n != 1 else ''}, {failed.pass_name} pass: {failed.failed}", []
+            )
         point = next(
             (c for c in result.curve if c.consumers == n and c.pass_name == config.passes[0]), None
         )
@@ -284,19 +359,18 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             }
     except Interrupted:
         pass
-    except _CountFailed as e:
-        result.curve = curve(result.measurements)
-        _finish(result, config)
-        if on_update:
-            on_update(result)
-        raise FeedbenchError(str(e)) from None
+    except _CountFailed as e:  # results written, the failure marked; the caller exits non-zero
+        result.partial, result.failure = True, str(e)
     result.curve = curve(result.measurements)
     _finish(result, config)
+    if on_update:
+        on_update(result)
     return result
 
 
 def _absorb(result: ScanResult, outcomes: list[RankOutcome]) -> None:
     for o in outcomes:
+        _judge_failed(o.measurement)
         result.measurements.append(o.measurement)
         room = 20 - len(result.errors)
         if room > 0:
@@ -304,6 +378,12 @@ def _absorb(result: ScanResult, outcomes: list[RankOutcome]) -> None:
         for w in o.warnings:
             if w not in result.warnings:
                 result.warnings.append(w)
+
+
+def _judge_failed(m: Measurement) -> None:
+    """A measurement in which most samples failed is a failure, never a rate."""
+    if m.failed is None and m.errors > m.samples:
+        m.failed = f"{m.errors:,} of {m.samples + m.errors:,} samples failed"
 
 
 def _finish(result: ScanResult, config: ScanConfig) -> None:
@@ -327,10 +407,23 @@ def _finish(result: ScanResult, config: ScanConfig) -> None:
     result.verdict = judge(result, target_au=config.target_au)
 
 
+def outcome(result: ScanResult) -> FeedbenchError | None:
+    """How a finished scan must end, as the error to raise: bad data (nothing could be read from
+    the start, exit 2) or a failed measurement (exit 3); None when it completed (or was
+    interrupted)."""
+    problem = unusable(result)
+    if problem:
+        return FeedbenchError(problem)
+    if result.failure:
+        return MeasurementFailed(result.failure)
+    return None
+
+
 def unusable(result: ScanResult) -> str | None:
-    """Why a finished scan measured nothing usable (every sample failed), or None."""
-    ms = [m for m in result.measurements if not m.partial]
-    if ms and all(m.samples == 0 for m in ms) and not result.partial:
+    """Why a scan measured nothing usable: its data, not its storage (every sample failed from
+    the first measurement on), or None."""
+    ms = [m for m in result.measurements if not m.partial or m.errors]
+    if ms and all(m.samples == 0 for m in ms):
         cfg = result.config
         e = result.errors[0] if result.errors else None
         example = f"{os.path.basename(e.key)}: {e.message}" if e else "none recorded"

@@ -21,31 +21,6 @@ class DecodeError(Exception):
     """The bytes are not a decodable image."""
 
 
-def parse_stages(text: str) -> tuple[str, ...]:
-    """``"read,decode,augment"`` → validated stage names in pipeline order.
-
-    A single name means that stage and all before it (``augment`` = read, decode, augment).
-    """
-    from feedbench.core.errors import FeedbenchError
-
-    names = [s.strip().lower() for s in text.split(",") if s.strip()]
-    if not names:
-        raise FeedbenchError("--stages is empty: choose from " + ", ".join(STAGES))
-    unknown = [n for n in names if n not in STAGES]
-    if unknown:
-        raise FeedbenchError(f"unknown stage {unknown[0]!r}: choose from {', '.join(STAGES)}")
-    if len(names) == 1:
-        return STAGES[: STAGES.index(names[0]) + 1]
-    chosen = tuple(s for s in STAGES if s in names)
-    expected = STAGES[: len(chosen)]
-    if chosen != expected:
-        raise FeedbenchError(
-            f"stages are cumulative: {','.join(chosen)} skips "
-            f"{', '.join(s for s in expected if s not in chosen)}"
-        )
-    return chosen
-
-
 def decode(data: bytes) -> Image.Image:
     """JPEG/PNG bytes → fully decoded RGB image (Pillow, as a stock torchvision loader does)."""
     try:

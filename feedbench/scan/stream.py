@@ -1,4 +1,6 @@
-"""The loader-worker side of a consumer: its units through the CPU stages, timed stage by stage."""
+"""The worker side of a consumer: :class:`StageStream` takes its units through the CPU stages,
+timed stage by stage, in the consumer's loader workers; :class:`BatchTimes` is what a worker
+measured for one batch, accounted by the consumer loop (:mod:`feedbench.scan.consumer`)."""
 
 from __future__ import annotations
 

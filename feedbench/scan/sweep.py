@@ -11,12 +11,16 @@ from feedbench.scan.results import CurvePoint, Measurement
 
 
 def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
-    """Repeats summarised per (consumers, pass); efficiency against the 1-consumer point."""
+    """Repeats summarised per (consumers, pass): mean ± std of the measurements that completed
+    (failed ones are counted beside it, partial ones left out); speedup against one consumer, and
+    efficiency where it means something (:func:`scaling`)."""
     groups: dict[tuple[str, int], list[Measurement]] = {}
+    failed: dict[tuple[str, int], int] = {}
     for m in measurements:
-        if m.partial:
-            continue
-        groups.setdefault((m.pass_name, m.consumers), []).append(m)
+        if m.failed:
+            failed[(m.pass_name, m.consumers)] = failed.get((m.pass_name, m.consumers), 0) + 1
+        elif not m.partial:
+            groups.setdefault((m.pass_name, m.consumers), []).append(m)
     points: list[CurvePoint] = []
     # warm-up apart: the steady rate where every measurement has one, else whole-pass rates
     steady = all(m.steady_samples_per_s is not None for ms in groups.values() for m in ms)
@@ -39,13 +43,26 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
                 au_mean=float(np.mean(aus)) if aus else None,
                 au_min=float(min(mins)) if mins else None,
                 rate_basis="steady" if steady else "pass",
+                workers=ms[0].workers,
+                failed=failed.get((pass_name, n), 0),
             )
         )
+    scaling(points)
+    return points
+
+
+def scaling(points: list[CurvePoint]) -> None:
+    """Speedup = rate(N) / rate(1) for every point; efficiency = rate(N) / (N × rate(1)) only
+    where each of the N consumers had the resources the one consumer had (the same loader
+    workers). With the cores shared out (default workers = cores / N) one consumer already has
+    the whole machine, so N × rate(1) is no ideal and efficiency stays None."""
     for p in points:
         one = next((q for q in points if q.pass_name == p.pass_name and q.consumers == 1), None)
-        if one is not None and one.samples_per_s_mean > 0:
-            p.efficiency = p.samples_per_s_mean / (p.consumers * one.samples_per_s_mean)
-    return points
+        if one is None or one.samples_per_s_mean <= 0:
+            continue
+        p.speedup = p.samples_per_s_mean / one.samples_per_s_mean
+        if p.workers == one.workers:
+            p.efficiency = p.speedup / p.consumers
 
 
 def curve_points(result) -> list[CurvePoint]:

@@ -8,16 +8,13 @@ import time
 from collections.abc import Callable
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.results import ScanResult
 from feedbench.scan.run import _absorb, _finish, new_result, validate
 from feedbench.scan.sweep import curve
 from loaders import default_workers
-
-
-def _sigterm_as_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def run_under_torchrun(
@@ -49,12 +46,12 @@ def run_under_torchrun(
     # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
     # in a collective only sees it on its way back to Python; until then the results file holds
     # every measurement finished so far (on_update).
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        run_rank(
-            d.rank, d.world_size, d.local_rank, config, "env://", workers,
-            keep if d.rank == 0 else None,
-        )  # fmt: skip
+        with sigterm_as_interrupt():
+            run_rank(
+                d.rank, d.world_size, d.local_rank, config, "env://", workers,
+                keep if d.rank == 0 else None,
+            )  # fmt: skip
     except KeyboardInterrupt:
         if result is None:
             raise
@@ -62,8 +59,6 @@ def run_under_torchrun(
         # the agent signals again while it stops the ranks: let rank 0 finish writing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    else:
-        signal.signal(signal.SIGTERM, previous)
     if result is not None:
         result.config["torchrun"] = {
             "world_size": d.world_size,

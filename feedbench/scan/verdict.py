@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from feedbench.core.timeline import Timeline
-from feedbench.scan.results import Measurement, ScanResult, Verdict
+from feedbench.scan.results import CurvePoint, Measurement, ScanResult, StageStats, Verdict
 
 RESOURCE = {
     "read": "storage",
@@ -42,10 +44,41 @@ def _reference(result: ScanResult) -> Measurement | None:
     return max(ms, key=lambda m: (m.consumers, m.repeat))
 
 
+@dataclass
+class _Case:
+    """What every kind of verdict is built from: the reference measurement and what it feeds."""
+
+    top: Measurement
+    point: CurvePoint | None  # the curve's point for ``top``'s consumers and pass
+    appetite: float | None  # the emulated accelerator's samples/s
+    stages: list[StageStats]  # available, pageable copies left out
+    busy: float | None  # mean busy cores
+    cores: int
+    where: str
+    feeding: str  # "; … samples/s feeds … accelerators", or "" without an accelerator
+    supported: int | None
+    feeds: float | None
+    evidence: list[str]
+
+
 def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
+    """The bottleneck of ``result``'s reference measurement (most consumers, first pass): with
+    an emulated step accelerator- or sync-bound when it is; else the training loader (--loader)
+    or the limiting stage. None without a complete measurement."""
     top = _reference(result)
     if top is None:
         return None
+    case = _case(result, top, target_au)
+    verdict = _step_verdict(case, target_au) if case.appetite else None
+    if verdict is not None:
+        return verdict
+    backend = result.config.get("loader")
+    if backend:
+        return _loader_verdict(case, backend)
+    return _stage_verdict(case)
+
+
+def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
     point = next(
         (c for c in result.curve if c.consumers == top.consumers and c.pass_name == top.pass_name),
         None,
@@ -53,19 +86,35 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     rate = point.samples_per_s_mean if point else top.samples_per_s
     acc = result.accelerator
     appetite = float(acc["samples_per_s"]) if acc else None
-    acc_name = (acc.get("accelerator") or acc.get("name")) if acc else None
-    model = f" ({acc['name']})" if acc and acc.get("kind") == "profile" else ""
     feeds = rate / appetite if appetite else None
-    supported = _supported(result, target_au) if appetite else None
-
+    feeding = ""
+    if acc and feeds is not None:
+        acc_name = acc.get("accelerator") or acc.get("name")
+        model = f" ({acc['name']})" if acc.get("kind") == "profile" else ""
+        feeding = f"; {_rate(rate)} samples/s feeds {feeds:.1f} {acc_name}{model}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
-    total_busy = sum(s.busy_s for s in stages)
-    limiting = max(stages, key=lambda s: s.busy_s)
-    bound = "transfer" if limiting.name.startswith("transfer") else limiting.name
-    cores = result.host.cpu_count
     busy = busy_cores(top.monitor)
-    n, workers = top.consumers, top.workers
-    where = f"{n} consumer{'s' if n != 1 else ''} × {workers} workers, {top.pass_name} cache"
+    cores = result.host.cpu_count
+    n = top.consumers
+    return _Case(
+        top=top,
+        point=point,
+        appetite=appetite,
+        stages=stages,
+        busy=busy,
+        cores=cores,
+        where=f"{n} consumer{'s' if n != 1 else ''} × {top.workers} workers, {top.pass_name} cache",
+        feeding=feeding,
+        supported=_supported(result, target_au) if appetite else None,
+        feeds=feeds,
+        evidence=_evidence(top, stages, busy, cores),
+    )
+
+
+def _evidence(
+    top: Measurement, stages: list[StageStats], busy: float | None, cores: int
+) -> list[str]:
+    """The numbers behind a verdict: stage shares, CPU, the barrier's cost, disk, read latency."""
     evidence = [
         f"{s.name}: {s.share:.0%} of loader time ({_rate(s.samples_per_s)} samples/s per worker)"
         for s in stages
@@ -80,38 +129,50 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     disk = disk_mb_per_s(top.monitor)
     if disk is not None:
         evidence.append(f"disk reads: {disk:,.1f} MB/s (device counters)")
-    read = next((s for s in stages if s.name == "read"), None)
+    read = _read_stage(stages)
     if read is not None and read.latency is not None:
         evidence.append(
             f"read latency p50 {read.latency.p50_s * 1e3:.2f} ms, "
             f"p99 {read.latency.p99_s * 1e3:.2f} ms (all consumers' reads)"
         )
+    return evidence
+
+
+def _read_stage(stages: list[StageStats]) -> StageStats | None:
+    return next((s for s in stages if s.name == "read"), None)
+
+
+def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
+    """With an emulated step: accelerator-bound at the target AU, sync-bound when consumers
+    wait more for each other than for their data; None when neither."""
+    point, top = case.point, case.top
+    if point is not None and point.au_mean is not None and point.au_mean >= target_au:
+        text = (
+            f"accelerator-bound: the data keeps up — AU {point.au_mean:.0%} (min "
+            f"{point.au_min:.0%}) at {top.consumers} consumers ({case.where}){case.feeding}"
+        )
+        return Verdict("accelerator", "none", text, case.evidence, case.supported, case.feeds)
     waits = sum(c.data_wait_s for c in top.per_consumer)
     # waiting for a slower consumer = sync wait beyond the barrier's own cost on every step
     syncs = sum(
         max(0.0, c.sync_wait_s - (c.barrier_idle_s or 0.0) * max(0, c.batches - 1))
         for c in top.per_consumer
     )
-    feeding = ""
-    if feeds is not None:
-        feeding = f"; {_rate(rate)} samples/s feeds {feeds:.1f} {acc_name}{model}"
-
-    if appetite and point is not None and point.au_mean is not None and point.au_mean >= target_au:
-        text = (
-            f"accelerator-bound: the data keeps up — AU {point.au_mean:.0%} (min "
-            f"{point.au_min:.0%}) at {n} consumers ({where}){feeding}"
-        )
-        return Verdict("accelerator", "none", text, evidence, supported, feeds)
-    if appetite and syncs > waits and syncs > 0:
+    if syncs > waits and syncs > 0:
         text = (
             f"sync-bound: consumers wait more for each other ({syncs:.2f} s) than for their own "
-            f"data ({waits:.2f} s) — uneven shards or a straggler{feeding}"
+            f"data ({waits:.2f} s) — uneven shards or a straggler{case.feeding}"
         )
-        return Verdict("sync", "straggler", text, evidence, supported, feeds)
+        return Verdict("sync", "straggler", text, case.evidence, case.supported, case.feeds)
+    return None
 
-    backend = result.config.get("loader")
-    if backend:
-        return _loader_verdict(top, backend, busy, cores, evidence, feeding, supported, feeds)
+
+def _stage_verdict(case: _Case) -> Verdict:
+    """The stage with the most busy time limits the pipeline; its resource, and by how much."""
+    stages, busy, cores = case.stages, case.busy, case.cores
+    total_busy = sum(s.busy_s for s in stages)
+    limiting = max(stages, key=lambda s: s.busy_s)
+    bound = "transfer" if limiting.name.startswith("transfer") else limiting.name
     resource = RESOURCE.get(bound, "cpu")
     reasons = []
     others = total_busy - limiting.busy_s
@@ -128,16 +189,18 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
             reasons.insert(
                 0, f"CPU only {busy / cores:.0%} busy: more loader workers (--workers) would help"
             )
+    read = _read_stage(stages)
     if read is not None and bound != "read" and read.busy_s > 0:
         reasons.append(f"read alone would run {total_busy / read.busy_s:.1f}× faster")
     if bound == "read" and read is not None and read.latency is not None:
         reasons.append(f"read p99 {read.latency.p99_s * 1e3:.1f} ms")
-    text = f"{bound}-bound ({resource}): " + ", ".join(reasons or [where]) + feeding
-    return Verdict(bound, resource, text, evidence, supported, feeds)
+    text = f"{bound}-bound ({resource}): " + ", ".join(reasons or [case.where]) + case.feeding
+    return Verdict(bound, resource, text, case.evidence, case.supported, case.feeds)
 
 
-def _loader_verdict(top, backend, busy, cores, evidence, feeding, supported, feeds) -> Verdict:
+def _loader_verdict(case: _Case, backend: str) -> Verdict:
     """A training loader is timed end to end: name the resource from the monitor, not a stage."""
+    top, busy, cores = case.top, case.busy, case.cores
     gpu = None
     if top.monitor is not None and top.monitor.samples:
         utils = [sum(s.gpu_util_percent) / len(s.gpu_util_percent)
@@ -154,8 +217,8 @@ def _loader_verdict(top, backend, busy, cores, evidence, feeding, supported, fee
     wait = top.per_consumer[0].data_wait if top.per_consumer else None
     if wait is not None:
         why += f"; data wait p50 {wait.p50_s * 1e3:.1f} ms, p99 {wait.p99_s * 1e3:.1f} ms"
-    text = f"data-bound with the {backend} loader ({resource}): {why}{feeding}"
-    return Verdict("loader", resource, text, evidence, supported, feeds)
+    text = f"data-bound with the {backend} loader ({resource}): {why}{case.feeding}"
+    return Verdict("loader", resource, text, case.evidence, case.supported, case.feeds)
 
 
 def _supported(result: ScanResult, target_au: float) -> int | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from feedbench.core.stats import percentiles
 from feedbench.verify.results import (
+    MEANS,
     SYNTHETIC,
     Breakdown,
     LoaderVerdict,
@@ -43,17 +44,7 @@ def summarize_run(run: VerifyRun) -> VerifyRun:
         return sum(sum(col(r, name)) for r in ranks) / n
 
     steps_all = [x for r in ranks for x in col(r, "step_s")]
-    run.breakdown = Breakdown(
-        data_wait_s=mean("data_wait_s"),
-        forward_backward_s=mean("forward_backward_s"),
-        allreduce_s=mean("allreduce_s"),
-        optimizer_s=mean("optimizer_s"),
-        other_s=mean("other_s"),
-        step_s=mean("step_s"),
-        allreduce_busy_s=mean("allreduce_busy_s"),
-        host_wait_s=mean("host_wait_s"),
-        step=percentiles(steps_all),
-    )
+    run.breakdown = Breakdown(**{name: mean(name) for name in MEANS}, step=percentiles(steps_all))
     fractions = []
     for r in ranks:
         total = sum(col(r, "step_s"))
@@ -167,7 +158,8 @@ def _verdict(loader: str, runs: list[VerifyRun], threshold: float, unit: str) ->
 
 def _broadcast_hint(v: LoaderVerdict, config: dict, threshold: float) -> str | None:
     """The DALI loader fed (data wait under the threshold) yet short of the ceiling on several
-    GPUs, with DDP broadcasting buffers every step: say what that cost where it was measured."""
+    GPUs, with DDP broadcasting buffers every step: name the setting to try, and where it was
+    measured."""
     ddp = config.get("ddp_options") or {}
     pace = ((config.get("options_per_loader") or {}).get("dali") or {}).get("pace", 1)
     if (
@@ -182,9 +174,10 @@ def _broadcast_hint(v: LoaderVerdict, config: dict, threshold: float) -> str | N
     ):
         return None
     return (
-        "; the gap is not data wait: with DDP's per-step buffer broadcast (on here), the loader's "
-        "per-step wait for the GPU (pace) cost ~4% on 2 H200s, where broadcast_buffers=False "
-        "took it to 0.97 of the ceiling (--ddp-option broadcast_buffers=false; BENCHMARKS.md)"
+        "; the gap is not data wait: DDP broadcasts its buffers before every forward (on here), "
+        "launched only after the loader's per-step wait for the GPU (pace), so the GPU idles at "
+        "each step's start; try --ddp-option broadcast_buffers=false "
+        '(BENCHMARKS.md, "The DALI loader at 0.97")'
     )
 
 

@@ -156,9 +156,13 @@ _ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:?\s*)?error: (.+)$", re.MULTILINE)
 
 
 def first_failure(log_text: str) -> tuple[int, int] | None:
-    """(rank, exit code) of torchrun's "Root Cause (first observed failure)", else its first."""
+    """(rank, exit code) of the rank that failed first: one killed by a signal (a crash; its
+    peers then fail in their collectives, and torchrun may observe one of them first), else
+    torchrun's "Root Cause (first observed failure)", else its first."""
+    killed = [m for m in _RANK_BLOCK.finditer(log_text) if int(m.group(2)) < 0]
     i = log_text.find("Root Cause")
-    m = _RANK_BLOCK.search(log_text, i if i >= 0 else 0) or _RANK_BLOCK.search(log_text)
+    m = (killed[0] if killed else None) or _RANK_BLOCK.search(log_text, i if i >= 0 else 0)
+    m = m or _RANK_BLOCK.search(log_text)
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 

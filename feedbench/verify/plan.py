@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import glob
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from feedbench.core.envelope import DatasetInfo, envelope
 from feedbench.core.errors import FeedbenchError
@@ -85,8 +87,22 @@ def sources_for(data: str) -> dict[str, str]:
     return {name: data for name in (BASELINE, DALI_EXAMPLE, *LIBRARY)}
 
 
-def plan(config: VerifyConfig) -> Plan:
-    """Check every option against this machine and the data; raise FeedbenchError on bad input."""
+@dataclass
+class Settings:
+    """The device a verify trains on, and its model and sizes (defaults for that device filled
+    in)."""
+
+    device: str  # cuda / cpu
+    model: str
+    image_size: int
+    batch: int
+    steps: int
+    warmup: int
+
+
+def resolve(config: VerifyConfig) -> Settings:
+    """The device (``auto``: CUDA when a GPU is visible) and the defaults for it; checks the
+    device, scaling, GPU counts and model."""
     if config.device not in DEVICES:
         raise FeedbenchError(f"--device takes {', '.join(DEVICES)} (got {config.device!r})")
     if config.scaling not in SCALINGS:
@@ -101,17 +117,26 @@ def plan(config: VerifyConfig) -> Plan:
     model = config.model or defaults["model"]
     if model not in MODELS:
         raise FeedbenchError(f"unknown model {model!r}: choose from {', '.join(MODELS)}")
-    image_size = config.image_size or defaults["image_size"]
-    batch = config.batch_size or defaults["batch_size"]
-    steps = config.steps if config.steps is not None else defaults["steps"]
-    warmup = config.warmup if config.warmup is not None else defaults["warmup"]
-    if image_size < 16:
+    return Settings(
+        device=device,
+        model=model,
+        image_size=config.image_size or defaults["image_size"],
+        batch=config.batch_size or defaults["batch_size"],
+        steps=config.steps if config.steps is not None else defaults["steps"],
+        warmup=config.warmup if config.warmup is not None else defaults["warmup"],
+    )
+
+
+def check_options(config: VerifyConfig, s: Settings) -> dict[str, Any]:
+    """Sizes, target and the training options, against each other and the device; the DDP
+    options, parsed."""
+    if s.image_size < 16:
         raise FeedbenchError("--image-size must be at least 16 pixels")
-    if batch < 1:
+    if s.batch < 1:
         raise FeedbenchError("--batch-size must be at least 1")
-    if steps < 1:
+    if s.steps < 1:
         raise FeedbenchError("--steps must be at least 1")
-    if warmup < 0:
+    if s.warmup < 0:
         raise FeedbenchError("--warmup must be 0 or more")
     if config.workers is not None and config.workers < 0:
         raise FeedbenchError("--workers must be 0 or more")
@@ -122,9 +147,9 @@ def plan(config: VerifyConfig) -> Plan:
             f"--stream-priority takes {' or '.join(STREAM_PRIORITIES)} "
             f"(got {config.stream_priority!r})"
         )
-    if config.stream_priority != "normal" and device != "cuda":
+    if config.stream_priority != "normal" and s.device != "cuda":
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
-    if config.sync_each_step and device != "cuda":
+    if config.sync_each_step and s.device != "cuda":
         raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
     ddp_options = parse_ddp_options(config.ddp_options)
     if config.compile not in COMPILE_MODES:
@@ -134,12 +159,17 @@ def plan(config: VerifyConfig) -> Plan:
             f"--cpu-affinity takes {' or '.join(CPU_AFFINITIES)} (got {config.cpu_affinity!r})"
         )
     if config.scaling == "strong":
-        bad = [g for g in config.gpus if batch % g]
+        bad = [g for g in config.gpus if s.batch % g]
         if bad:
             raise FeedbenchError(
-                f"strong scaling splits the global batch {batch} over the GPUs: it does not "
+                f"strong scaling splits the global batch {s.batch} over the GPUs: it does not "
                 f"divide by {bad[0]}"
             )
+    return ddp_options
+
+
+def machine_warnings(config: VerifyConfig, device: str) -> list[str]:
+    """What the figures of a CPU verify do not say."""
     warnings: list[str] = []
     cores = os.cpu_count() or 1
     if device == "cpu":
@@ -152,7 +182,12 @@ def plan(config: VerifyConfig) -> Plan:
             f"{max(config.gpus)} CPU processes on {cores} cores: they share cores, so the "
             "scaling says little"
         )
-    # loaders: explicit names must exist and be usable; the default takes what is available
+    return warnings
+
+
+def choose_loaders(config: VerifyConfig, device: str, warnings: list[str]) -> list[str]:
+    """Explicit names must exist and be usable here; the default takes what is available (and
+    says in ``warnings`` what it left out)."""
     if config.loaders is None:
         names = [BASELINE]
         for name in (DALI_EXAMPLE, *LIBRARY):
@@ -163,26 +198,29 @@ def plan(config: VerifyConfig) -> Plan:
                 warnings.append(f"loader {name} left out: {why}")
             else:
                 names.append(name)
-    else:
-        names = list(config.loaders)
-        for name in names:
-            if name not in LOADERS:
-                raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
-            why = unavailable(name)
-            if why:
-                raise FeedbenchError(f"loader {name} is unavailable: {why}")
-            if name in GPU_ONLY and device != "cuda":
-                raise FeedbenchError(f"loader {name} decodes on the GPU: it needs --device cuda")
-    real = [n for n in names if n != SYNTHETIC]
-    options = loader_options(config.loader_options, real)
-    order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
-    # the data: it must exist, and hold a full batch per rank at the largest count
-    sources = sources_for(config.data)
+        return names
+    names = list(config.loaders)
+    for name in names:
+        if name not in LOADERS:
+            raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
+        why = unavailable(name)
+        if why:
+            raise FeedbenchError(f"loader {name} is unavailable: {why}")
+        if name in GPU_ONLY and device != "cuda":
+            raise FeedbenchError(f"loader {name} decodes on the GPU: it needs --device cuda")
+    return names
+
+
+def count_sources(
+    data: str, sources: dict[str, str], real: list[str]
+) -> tuple[dict[str, int], DatasetInfo]:
+    """Samples in each source the loaders read, and the dataset to describe (the baseline's, or
+    the first loader's; the data itself when only synthetic runs)."""
+    if not (os.path.exists(data) or "{" in data or glob.has_magic(data)):
+        raise FeedbenchError(f"no such file or directory: {data}")
     samples: dict[str, int] = {}
     infos: dict[str, DatasetInfo] = {}
     dataset = None
-    if not (os.path.exists(config.data) or "{" in config.data or glob.has_magic(config.data)):
-        raise FeedbenchError(f"no such file or directory: {config.data}")
     for name in real:
         path = sources[name]
         if path not in samples:
@@ -194,37 +232,61 @@ def plan(config: VerifyConfig) -> Plan:
                 f"the {name} loader reads an image tree (ImageFolder); {path} holds tar shards"
             )
     if dataset is None:  # synthetic only: describe the data anyway
-        dataset, n = count_samples(config.data)
-        samples[config.data] = n
-    for name in real:
-        n = samples[sources[name]]
+        dataset, n = count_samples(data)
+        samples[data] = n
+    return samples, dataset
+
+
+def check_batches(
+    config: VerifyConfig, s: Settings, counts: dict[str, tuple[str, int]], warnings: list[str]
+) -> None:
+    """Each loader's data holds a full batch per rank at every count (else FeedbenchError), and
+    enough batches per epoch at the largest (else a warning). ``counts``: loader → (the path it
+    reads, its samples)."""
+    unit = "GPU" if s.device == "cuda" else "CPU process"
+    for path, n in counts.values():
         for g in config.gpus:
-            per = batch if config.scaling == "weak" else batch // g
+            per = s.batch if config.scaling == "weak" else s.batch // g
             if batches_per_epoch(n, g, per) < 1:
                 raise FeedbenchError(
-                    f"{sources[name]} has {n} images: too few for a batch of {per} on each of "
-                    f"{units(g, 'GPU' if device == 'cuda' else 'CPU process')} "
-                    f"(needs at least {per * g}); use a smaller --batch-size or more data"
+                    f"{path} has {n} images: too few for a batch of {per} on each of "
+                    f"{units(g, unit)} (needs at least {per * g}); use a smaller --batch-size or "
+                    "more data"
                 )
-    for name in real:
-        n = samples[sources[name]]
-        g = max(config.gpus)
-        per = batch if config.scaling == "weak" else batch // g
+    g = max(config.gpus)
+    per = s.batch if config.scaling == "weak" else s.batch // g
+    for name, (_, n) in counts.items():
         if batches_per_epoch(n, g, per) < 5:
             warnings.append(
                 f"{name}: only {batches_per_epoch(n, g, per)} batches per epoch at {g} ranks: "
                 "epoch starts weigh on the steps; use more data for steadier figures"
             )
             break
+
+
+def plan(config: VerifyConfig) -> Plan:
+    """Check every option against this machine and the data; raise FeedbenchError on bad input."""
+    s = resolve(config)
+    ddp_options = check_options(config, s)
+    warnings = machine_warnings(config, s.device)
+    names = choose_loaders(config, s.device, warnings)
+    real = [n for n in names if n != SYNTHETIC]
+    options = loader_options(config.loader_options, real)
+    order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
+    # the data: it must exist, and hold a full batch per rank at the largest count
+    sources = sources_for(config.data)
+    samples, dataset = count_sources(config.data, sources, real)
+    counts = {name: (sources[name], samples[sources[name]]) for name in real}
+    check_batches(config, s, counts, warnings)
     return Plan(
-        device=device,
-        backend="nccl" if device == "cuda" else "gloo",
-        unit="GPU" if device == "cuda" else "CPU process",
-        model=model,
-        image_size=image_size,
-        batch_size=batch,
-        steps=steps,
-        warmup=warmup,
+        device=s.device,
+        backend="nccl" if s.device == "cuda" else "gloo",
+        unit="GPU" if s.device == "cuda" else "CPU process",
+        model=s.model,
+        image_size=s.image_size,
+        batch_size=s.batch,
+        steps=s.steps,
+        warmup=s.warmup,
         loaders=order,
         sources=sources,
         samples=samples,
@@ -254,7 +316,7 @@ def new_result(config: VerifyConfig, p: Plan) -> VerifyResult:
         "data_bound_above": round(1 - config.target_au, 6),
     }
     return VerifyResult(
-        **envelope(KIND, cfg),
+        **envelope(KIND, cfg, config.data),
         dataset=p.dataset,
         warnings=list(p.warnings),
     )

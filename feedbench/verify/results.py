@@ -16,7 +16,7 @@ timed on GPU and on CPU is in :data:`TIMING` (and copied into every results file
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from feedbench.core import envelope
@@ -26,15 +26,14 @@ from feedbench.core.timeline import Timeline
 
 KIND = "verify"
 
+# the one list of a step's parts (the schema below must hold a column for each: checked at import)
 PARTS = ("data_wait_s", "forward_backward_s", "allreduce_s", "optimizer_s", "other_s")
+# seconds per step beside the parts: the step itself, all-reduce busy time, host time in next()
+EXTRA_SECONDS = ("step_s", "allreduce_busy_s", "host_wait_s")
+STEP_IDS = ("step", "epoch", "images")  # which step, in which epoch, with how many images
 
-PART_LABELS = {
-    "data_wait_s": "data wait",
-    "forward_backward_s": "forward + backward",
-    "allreduce_s": "all-reduce (exposed)",
-    "optimizer_s": "optimizer",
-    "other_s": "other",
-}
+_LABELS = ("data wait", "forward + backward", "all-reduce (exposed)", "optimizer", "other")
+PART_LABELS = dict(zip(PARTS, _LABELS, strict=True))  # in the order of PARTS
 
 SYNTHETIC = "synthetic"
 
@@ -172,6 +171,34 @@ class VerifyResult(Envelope):
     verdicts: list[LoaderVerdict] = field(default_factory=list)
     summary: str | None = None
     stopped_by: str | None = None  # "failed" / "interrupted" when the verify did not finish
+
+
+def columns(parts: tuple[str, ...] = PARTS) -> tuple[str, ...]:
+    """The per-step lists of a :class:`StepSeries`, in file order."""
+    return (*STEP_IDS, *parts, *EXTRA_SECONDS, "buckets")
+
+
+def means(parts: tuple[str, ...] = PARTS) -> tuple[str, ...]:
+    """The per-step means a :class:`Breakdown` holds."""
+    return (*parts, *EXTRA_SECONDS)
+
+
+def schema_gaps(parts: tuple[str, ...] = PARTS) -> list[str]:
+    """``Class.field`` for each column the schema lacks for these parts (none for :data:`PARTS`):
+    a new part is a new field of :class:`StepSeries` and :class:`Breakdown`, a schema change."""
+    want = {StepSeries: columns(parts), Breakdown: means(parts)}
+    gaps = []
+    for cls, names in want.items():
+        have = {f.name for f in fields(cls)}
+        gaps += [f"{cls.__name__}.{name}" for name in names if name not in have]
+    return gaps
+
+
+if schema_gaps():  # PARTS and the schema disagree: fail at import, not in a half-written file
+    raise TypeError(f"results schema lacks {', '.join(schema_gaps())} (see PARTS)")
+
+COLUMNS = columns()
+MEANS = means()
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> VerifyResult:

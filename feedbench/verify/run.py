@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from feedbench.core.monitor import Monitor
+from feedbench.core.redact import scrub_file
 from feedbench.core.supervise import Interrupted, sigterm_as_interrupt
-from feedbench.core.timeline import summarize
+from feedbench.core.timeline import Timeline, summarize
 from feedbench.verify.analysis import compare, summarize_run
 from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.job import _job_env, explain_failure, read_parts, run_job, worker_command
@@ -32,6 +33,29 @@ def monitor_start(interval_s: float) -> tuple[Monitor, float]:
     t0 = time.monotonic()
     m.start()
     return m, t0
+
+
+def window_figures(run: VerifyRun, timeline: Timeline, mono0: float, device: str) -> VerifyRun:
+    """The run's CPU and GPU figures over its measured window (in place): the window from its
+    ranks' host clocks, placed on the monitor's (``mono0``: time.monotonic() at its start); a
+    window some rank did not end runs to now. Nothing when no rank started its window."""
+    starts = [s.window_start_mono for s in run.ranks if s.window_start_mono is not None]
+    ends = [s.window_end_mono for s in run.ranks if s.window_end_mono is not None]
+    if not starts:
+        return run
+    a = min(starts) - mono0
+    b = (max(ends) if ends and len(ends) == len(starts) else time.monotonic()) - mono0
+    run.window_t_s = [a, b]
+    used = list(range(run.gpus)) if device == "cuda" else None
+    stats = summarize(timeline, a, b, used)
+    run.cpu_percent_mean = stats.get("cpu_percent_mean")
+    run.busy_cores_mean = stats.get("busy_cores_mean")
+    run.gpu_util_percent_mean = stats.get("gpu_util_percent_mean")
+    run.gpu_sm_clock_mhz_min = stats.get("gpu_sm_clock_mhz_min_loaded")
+    run.gpu_power_w_mean = stats.get("gpu_power_w_mean_loaded")
+    mem = stats.get("gpu_mem_used_bytes_max")
+    run.gpu_mem_used_bytes_max = int(mem) if mem is not None else None
+    return run
 
 
 def run_one(
@@ -60,6 +84,7 @@ def run_one(
             outcome = run_job(cmd, _job_env(p, gpus), log_path, config.run_timeout_s)
         finally:
             timeline = monitor.stop() if monitor is not None else None
+            scrub_file(log_path)  # the ranks' own output: credentials masked as everywhere
         if monitor is not None and timeline is not None:
             timeline.label = f"{loader}, {units(gpus, p.unit)}"
         series, done = read_parts(out_dir, gpus)
@@ -85,21 +110,8 @@ def run_one(
             run.error = explain_failure(loader, gpus, p.unit, log_text, run.ranks, outcome)
             run.partial = True
         summarize_run(run)
-        starts = [s.window_start_mono for s in run.ranks if s.window_start_mono is not None]
-        ends = [s.window_end_mono for s in run.ranks if s.window_end_mono is not None]
-        if timeline is not None and starts:
-            a = min(starts) - mono0
-            b = (max(ends) if ends and len(ends) == len(starts) else time.monotonic()) - mono0
-            run.window_t_s = [a, b]
-            used = list(range(gpus)) if p.device == "cuda" else None
-            stats = summarize(timeline, a, b, used)
-            run.cpu_percent_mean = stats.get("cpu_percent_mean")
-            run.busy_cores_mean = stats.get("busy_cores_mean")
-            run.gpu_util_percent_mean = stats.get("gpu_util_percent_mean")
-            run.gpu_sm_clock_mhz_min = stats.get("gpu_sm_clock_mhz_min_loaded")
-            run.gpu_power_w_mean = stats.get("gpu_power_w_mean_loaded")
-            mem = stats.get("gpu_mem_used_bytes_max")
-            run.gpu_mem_used_bytes_max = int(mem) if mem is not None else None
+        if timeline is not None:
+            window_figures(run, timeline, mono0, p.device)
         if outcome.interrupted:
             raise Interrupted(run)
         return run

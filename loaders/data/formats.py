@@ -35,12 +35,3 @@ def split_member_name(name: str) -> tuple[str, str]:
     if dot < 0:
         return name, ""
     return name[:dot], name[dot + 1 :].lower()
-
-
-def split_member_bytes(name: bytes) -> tuple[bytes, bytes]:
-    """:func:`split_member_name` on a raw member name (the tar walker's hot path)."""
-    slash = name.rfind(b"/") + 1
-    dot = name.find(b".", slash)
-    if dot < 0:
-        return name, b""
-    return name[:dot], name[dot + 1 :].lower()

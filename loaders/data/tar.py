@@ -140,21 +140,88 @@ def _listed(full: str, image_at, label, label_at, nbytes: int, seconds: float) -
     return RawSample(full, None, label, nbytes, seconds, None, (*image_at, *label_at))
 
 
+def _short_header(reader):
+    """The next header when the buffer holds less than one: ``(buf, 0)``, or None at the end
+    of the file (at a member boundary: tolerated, as tarfile does)."""
+    header = reader.read(512)
+    if not header:
+        return None
+    if len(header) < 512:
+        raise TarFormatError("truncated header")
+    return memoryview(header), 0
+
+
+def _extended(reader, kind: bytes, size: int, padded: int) -> tuple[bytes | None, int | None]:
+    """A GNU long name (``L``) or pax record (``x``) member: the name and size it gives the next
+    member."""
+    payload = reader.read(size)
+    if len(payload) < size or reader.skip(padded - size) < padded - size:
+        raise TarFormatError("truncated extended header")
+    if kind == b"L":
+        return payload.rstrip(b"\0"), None
+    text, pax_size = _pax_path(payload)
+    return (text.encode("utf-8", "surrogateescape") if text else None), pax_size
+
+
+def _key_in_folder(member: bytes) -> tuple[bytes, bytes]:
+    """WebDataset's key and extension of a member whose folder name holds a dot."""
+    dot = member.find(b".", member.rfind(b"/") + 1)
+    return (member, b"") if dot < 0 else (member[:dot], member[dot + 1 :].lower())
+
+
+def _with_prefix(buf, off: int, member: bytes) -> bytes:
+    """A ustar member name longer than 100 bytes: its prefix field, a slash, its name field."""
+    return bytes(buf[off + 345 : off + 500]).split(b"\0", 1)[0] + b"/" + member
+
+
+def _skip_member(reader, padded: int, member: bytes) -> None:
+    if reader.skip(padded) < padded:
+        raise TarFormatError(f"truncated member {_text(member)}")
+
+
+def _copy_payload(reader, size: int, padded: int, member: bytes):
+    """A payload that does not lie whole in the buffer with its padding, as new bytes (the
+    padding's refill would overwrite a view; one that spans refills is joined anyway)."""
+    data = reader.read(size)
+    if len(data) < size:
+        raise TarFormatError(f"truncated member {_text(member)}")
+    if reader.skip(padded - size) < padded - size:
+        raise TarFormatError(f"truncated padding after {_text(member)}")
+    return data
+
+
+def _skip_listed(reader, ext: bytes, member: bytes, size: int, padded: int, image_at):
+    """Listing: an image or other member is skipped, not read; returns the sample's image
+    position (the first image member's)."""
+    if image_at is None and ext in IMAGE_MEMBER_EXTS_B:
+        image_at = (reader.tell(), size, _text(member))
+    if reader.skip(padded) < size:
+        raise TarFormatError(f"truncated member {_text(member)}")
+    return image_at
+
+
+def _upper_case(ext: bytes, data, views: bool, hold: list, label):
+    """An image or label member whose extension is upper case: as the hot path does; returns
+    the label."""
+    if ext in IMAGE_MEMBER_EXTS_B and hold[0] is None:
+        hold[0] = data if views else bytes(data)
+    elif ext == LABEL_EXT_B:
+        return parse_label(data)
+    return label
+
+
 def iter_shard(
     reader, path: str, *, views: bool = False, listing: bool = False
 ) -> Iterator[RawSample]:
-    """The samples of the shard at ``path`` (a file path or URL) read through ``reader`` (closed
-    at the end); see the module docstring. Samples are keyed ``"shard.tar:key"``, a shard-level
-    error by the shard's path."""
+    """The samples of the shard at ``path`` (a path or URL) read through ``reader`` (closed at
+    the end), keyed ``"shard.tar:key"``; a shard-level error is keyed by ``path``."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     hold = reader.hold  # [the sample's image: bytes, or a view into the reader's buffer]
     current: bytes | None = None  # the sample's key (UTF-8 bytes)
     label: int | None = None
-    image_at: tuple | None = None  # listing: (offset, size, member name)
-    label_at: tuple | None = None  # listing: (offset, size)
+    image_at = label_at = None  # listing: (offset, size, member name), (offset, size)
     mark_bytes, mark_s = 0, 0.0
-    long_name: bytes | None = None
-    pax_size: int | None = None
+    long_name, pax_size = None, None  # what an extended header says of the next member
     # globals as locals: looked up once per shard, not per member
     unpack, images, label_ext, make = _HEADER.unpack_from, IMAGE_MEMBER_EXTS_B, LABEL_EXT_B, emit
     error: str | None = None
@@ -167,13 +234,10 @@ def iter_shard(
             if reader.end - off >= 512:
                 buf = reader.buf
                 reader.pos = off + 512
-            else:  # the end of the stream (or a reader whose refills are not 512-aligned)
-                header = reader.read(512)
-                if not header:
-                    break  # end of file at a member boundary: tolerated, as tarfile does
-                if len(header) < 512:
-                    raise TarFormatError("truncated header")
-                buf, off = memoryview(header), 0
+            elif (got := _short_header(reader)) is None:
+                break
+            else:
+                buf, off = got
             name_f, size_f, sum_f, kind = unpack(buf, off)
             if name_f[0] == 0 and buf[off : off + 512] == _ZERO_BLOCK:
                 break  # end-of-archive marker
@@ -184,78 +248,54 @@ def iter_shard(
                 size, pax_size = pax_size, None
             padded = (size + 511) & ~511
             if kind in (b"L", b"x"):
-                payload = reader.read(size)
-                if len(payload) < size or reader.skip(padded - size) < padded - size:
-                    raise TarFormatError("truncated extended header")
-                if kind == b"L":
-                    long_name = payload.rstrip(b"\0")
-                else:
-                    text, pax_size = _pax_path(payload)
-                    long_name = text.encode("utf-8", "surrogateescape") if text else None
+                long_name, pax_size = _extended(reader, kind, size, padded)
                 continue
             if long_name is not None:
                 member, long_name = long_name, None
             else:
                 member = name_f.split(b"\0", 1)[0]
                 if buf[off + 257 : off + 262] == b"ustar" and buf[off + 345] != 0:
-                    prefix = bytes(buf[off + 345 : off + 500]).split(b"\0", 1)[0]
-                    member = prefix + b"/" + member
-            if kind not in _REGULAR:
-                if reader.skip(padded) < padded:
-                    raise TarFormatError(f"truncated member {_text(member)}")
+                    member = _with_prefix(buf, off, member)
+            if kind not in _REGULAR:  # directories, links, devices: nothing to read
+                _skip_member(reader, padded, member)
                 continue
-            # WebDataset's key: up to the first dot of the base name (inline: the hot path)
-            key, _, ext = member.partition(b".")
-            if b"/" in ext:  # that dot was in a folder's name
-                dot = member.find(b".", member.rfind(b"/") + 1)
-                key, ext = (member, b"") if dot < 0 else (member[:dot], member[dot + 1 :])
+            key, _, ext = member.partition(b".")  # WebDataset's key, inline: the hot path
+            if b"/" in ext:
+                key, ext = _key_in_folder(member)
             if key != current and current is not None:
                 b, t = reader.bytes, reader.seconds
                 full = f"{name}:{current.decode('utf-8', 'replace')}"
                 if listing:
                     yield _listed(full, image_at, label, label_at, b - mark_bytes, t - mark_s)
-                    image_at = label_at = None
                 else:
                     yield make(full, hold[0], label, b - mark_bytes, t - mark_s)
-                    hold[0] = None  # the consumer is done with that sample's view
-                label = None
+                # the consumer is done with that sample (and its view into the buffer)
+                hold[0] = image_at = label_at = label = None
                 mark_bytes, mark_s = b, t
             current = key
             if listing:
                 ext = ext.lower()
                 if ext != label_ext:  # where it lies, not what it holds
-                    if image_at is None and ext in images:
-                        image_at = (reader.tell(), size, _text(member))
-                    if reader.skip(padded) < size:
-                        raise TarFormatError(f"truncated member {_text(member)}")
+                    image_at = _skip_listed(reader, ext, member, size, padded, image_at)
                     continue
                 label_at = (reader.tell(), size)
             start = reader.pos
             if start + padded <= reader.end:  # payload and padding in the buffer
                 data = reader.buf[start : start + size]
                 reader.pos = start + padded
-            else:  # a copy: the padding's refill would overwrite a view (and a payload
-                # that spans refills is joined into new bytes anyway)
-                data = reader.read(size)
-                if len(data) < size:
-                    raise TarFormatError(f"truncated member {_text(member)}")
-                if reader.skip(padded - size) < padded - size:
-                    raise TarFormatError(f"truncated padding after {_text(member)}")
+            else:
+                data = _copy_payload(reader, size, padded, member)
             if ext in images:
                 if hold[0] is None:  # the sample's first image member
                     hold[0] = data if views else bytes(data)
             elif ext == label_ext:
-                try:  # parse_label, inline (the hot path)
-                    label = int(bytes(data))  # int() takes ASCII digits and whitespace
+                try:  # parse_label, inline (the hot path): ASCII digits and whitespace
+                    label = int(bytes(data))
+                    label = label if label >= 0 else None
                 except ValueError:
                     label = None
-                if label is not None and label < 0:
-                    label = None
-            elif ext != (low := ext.lower()):  # (rare) an upper-case extension
-                if low in images and hold[0] is None:
-                    hold[0] = data if views else bytes(data)
-                elif low == label_ext:
-                    label = parse_label(data)
+            elif ext != ext.lower():  # (rare) an upper-case extension
+                label = _upper_case(ext.lower(), data, views, hold, label)
         reader.drain()  # the archive's end padding too, as any whole-object reader reads it
         if current is not None:
             full = f"{name}:{current.decode('utf-8', 'replace')}"
@@ -263,8 +303,7 @@ def iter_shard(
             if listing:
                 yield _listed(full, image_at, label, label_at, b, t)
             else:
-                yield emit(full, hold[0], label, b, t)
-                hold[0] = None
+                yield make(full, hold[0], label, b, t)
     except (TarFormatError, OSError) as e:
         error = f"truncated or corrupt shard after {reader.bytes} bytes ({e})"
     finally:

@@ -11,9 +11,9 @@ from feedbench.core import envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan import cache
 from feedbench.scan import results as scan_results
-from feedbench.scan.config import ScanConfig, parse_passes
+from feedbench.scan.config import ScanConfig, parse_passes, parse_stages
 from feedbench.scan.run import scan
-from feedbench.scan.stages import STAGES, parse_stages
+from feedbench.scan.stages import STAGES
 
 
 def _stage(p, name):

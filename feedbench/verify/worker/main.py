@@ -22,12 +22,21 @@ import sys
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from feedbench.core.choices import option_value
 from feedbench.core.envelope import to_dict, write_atomic
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.supervise import Terminated, exit_on_sigterm, leave_without_finalizing
 from feedbench.verify.config import COMPILE_MODES, CPU_AFFINITIES, STREAM_PRIORITIES
+from feedbench.verify.loaders import LIBRARY, VerifyLoader, make_loader
 from feedbench.verify.results import StepSeries
 from feedbench.verify.worker.models import build_model
 from feedbench.verify.worker.timing import (
@@ -108,8 +117,6 @@ def start_trace():
 
 
 def stop_trace(tracer, path: str) -> None:
-    import torch
-
     torch.cuda.synchronize()
     tracer.stop()
     tracer.export_chrome_trace(path)
@@ -119,23 +126,288 @@ def write_part(path: str, series: StepSeries, done: bool) -> None:
     write_atomic(path, json.dumps({"done": done, "series": to_dict(series)}) + "\n")
 
 
+@dataclass
+class Rank:
+    """Who this process is in the job (torchrun's environment) and where it trains: its device
+    and the clock that marks its steps (set by :func:`open_device`)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1  # ranks on this machine
+    device: Any = None  # torch.device
+    clock: Any = field(default_factory=HostClock)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Rank:
+        world = int(env.get("WORLD_SIZE", "1"))
+        return cls(
+            rank=int(env.get("RANK", "0")),
+            world=world,
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            local_world=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+        )
+
+    @property
+    def cuda(self) -> bool:
+        return self.device is not None and self.device.type == "cuda"
+
+
+def pin_cores(args: argparse.Namespace, rank: Rank) -> str:
+    """With ``--cpu-affinity split``, pin this process to its share of the cores; the cores it
+    runs on, as the kernel lists them. Called before CUDA, torch's thread pools and the loader
+    start: their threads inherit it."""
+    if args.cpu_affinity == "split":
+        share = share_of_cpus(os.sched_getaffinity(0), rank.local_rank, rank.local_world)
+        os.sched_setaffinity(0, share)
+    return cpu_list(os.sched_getaffinity(0))
+
+
+def open_device(args: argparse.Namespace, rank: Rank) -> Rank:
+    """``rank`` with its device and clock: its GPU and CUDA events (on the highest-priority
+    stream with ``--stream-priority high``), or the CPU and perf_counter."""
+    if args.device != "cuda":
+        return replace(rank, device=torch.device("cpu"), clock=HostClock())
+    if not torch.cuda.is_available():
+        raise FeedbenchError("--device cuda, but CUDA is not available to this rank")
+    device = torch.device("cuda", rank.local_rank)
+    torch.cuda.set_device(device)
+    torch.backends.cudnn.benchmark = True
+    if args.stream_priority == "high":
+        # every op of this rank (model, loader copies, events) on the device's highest-priority
+        # stream: a GPU loader's kernels (DALI's, on its own priority-0 stream) then yield to
+        # training's
+        from loaders import high_priority_stream
+
+        torch.cuda.set_stream(high_priority_stream(device))
+    return replace(rank, device=device, clock=CudaClock(device))
+
+
+def join_group(args: argparse.Namespace, rank: Rank) -> None:
+    """Join the job's process group (NCCL on GPUs, gloo on the CPU; torchrun's rendezvous)."""
+    dist.init_process_group(
+        "nccl" if rank.cuda else "gloo",
+        timeout=timedelta(seconds=args.timeout_s),
+        **({"device_id": rank.device} if rank.cuda else {}),
+    )
+
+
+def barrier(rank: Rank) -> None:
+    """Every rank here, with its device idle, before and after."""
+    rank.clock.sync()
+    if rank.cuda:
+        dist.barrier(device_ids=[rank.local_rank])
+    else:
+        dist.barrier()
+    rank.clock.sync()
+
+
+def key_values(items: list[str]) -> dict[str, Any]:
+    """``["KEY=VALUE", ...]`` → ``{KEY: value}`` (numbers and booleans as such)."""
+    return {k: option_value(v) for k, _, v in (o.partition("=") for o in items)}
+
+
+def open_loader(args: argparse.Namespace, rank: Rank, series: StepSeries) -> VerifyLoader:
+    """This rank's loader (its shard, batches on its device), recorded in ``series``; a
+    FeedbenchError when it holds no full batch."""
+    loader = make_loader(
+        args.loader, args.source, args.batch_size, rank=rank.rank, world_size=rank.world,
+        local_rank=rank.local_rank, image_size=args.image_size, workers=args.workers,
+        seed=args.seed, device=rank.device, num_classes=args.num_classes,
+        dtype=torch.bfloat16 if rank.cuda else torch.float32, channels_last=rank.cuda,
+        synthetic_batches=args.synthetic_batches, options=key_values(args.option),
+    )  # fmt: skip
+    series.workers = loader.workers
+    series.batches_per_epoch = len(loader)
+    if len(loader) < 1:
+        raise FeedbenchError(
+            f"{args.loader}: no full batch of {args.batch_size} per rank on {rank.world} ranks: "
+            "the dataset is too small"
+        )
+    return loader
+
+
+@dataclass
+class Training:
+    """What a step trains with."""
+
+    ddp: DDP
+    model: Any  # what a step calls: ``ddp``, or its torch.compile'd wrapper
+    comm: CommTimer  # the all-reduce hook's marks
+    criterion: Any
+    optimizer: Any
+
+
+def ddp_settings(ddp: DDP) -> str:
+    """The settings DDP runs with, read back from DDP itself (defaults where not asked)."""
+    return (
+        f"broadcast_buffers={ddp.broadcast_buffers} "
+        f"gradient_as_bucket_view={ddp.gradient_as_bucket_view} "
+        f"static_graph={ddp.static_graph} bucket_cap_mb={ddp.bucket_bytes_cap / 2**20:g}"
+    )
+
+
+def build_training(args: argparse.Namespace, rank: Rank, series: StepSeries) -> Training:
+    """The model in DDP (``--ddp-option`` settings, the timed all-reduce hook), compiled when
+    asked, with its loss and optimizer; what DDP and compile run with is recorded in ``series``."""
+    model = build_model(args.model, args.num_classes)
+    ddp_kw = key_values(args.ddp_option)
+    if rank.cuda:
+        model = model.to(rank.device, memory_format=torch.channels_last)
+        ddp = DDP(model, device_ids=[rank.local_rank], output_device=rank.local_rank, **ddp_kw)
+    else:
+        ddp = DDP(model, **ddp_kw)
+    series.ddp = ddp_settings(ddp)
+    comm = CommTimer(rank.clock, rank.world)
+    ddp.register_comm_hook(comm, timed_allreduce)
+    step_model: Any = ddp
+    if args.compile != "off":  # compiled at the first warm-up step(s)
+        mode = None if args.compile == "default" else args.compile
+        step_model = torch.compile(ddp, mode=mode)
+        series.compiled = args.compile
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
+    return Training(ddp, step_model, comm, torch.nn.CrossEntropyLoss(), optimizer)
+
+
+class Epochs:
+    """A loader's batches without end: when an epoch runs out the next starts (``set_epoch``,
+    then a new iterator). ``epoch`` is the epoch of the batch last returned."""
+
+    def __init__(self, loader: VerifyLoader) -> None:
+        self.loader = loader
+        self.epoch = 0
+        self._it: Iterator | None = None
+
+    def __iter__(self) -> Epochs:
+        return self
+
+    def __next__(self) -> tuple[Any, Any]:
+        while True:
+            if self._it is None:
+                self.loader.set_epoch(self.epoch)
+                self._it = iter(self.loader)
+            try:
+                return next(self._it)
+            except StopIteration:
+                self._it = None
+                self.epoch += 1
+
+
+class TimedLoop:
+    """``warmup + steps`` training steps, each timed (:data:`feedbench.verify.results.TIMING`)
+    into ``series``: a step's marks are read ``clock.lag`` steps later (the host runs ahead of
+    the GPU); warm-up steps go to ``warmup_step_s`` only; the measured window starts after a
+    barrier; the part file is rewritten at the window's start and every ``flush_every_s``."""
+
+    def __init__(
+        self, args: argparse.Namespace, rank: Rank, series: StepSeries, training: Training,
+        batches: Epochs, part: str, flushed_mono: float | None = None,
+    ) -> None:  # fmt: skip
+        self.args, self.rank, self.series, self.training = args, rank, series, training
+        self.batches, self.part, self.clock = batches, part, rank.clock
+        self.relabel = args.loader in LIBRARY  # labels from .cls files may exceed num_classes
+        self.flush_every_s = FLUSH_EVERY_S
+        self.flushed_mono = time.monotonic() if flushed_mono is None else flushed_mono
+        self.pending: deque[Marks] = deque()  # steps whose marks are not read yet
+        self.t0: float | None = None  # perf_counter at the window's start
+        self.trace_from = args.warmup + min(10, max(0, args.steps - args.trace_steps))
+        self.tracer = None
+        self.prev_end = self.clock.mark()
+
+    def run(self) -> None:
+        for step in range(self.args.warmup + self.args.steps):
+            self.step(step)
+        self.finish()
+
+    def step(self, step: int) -> None:
+        """Train step number ``step`` (counted from the first warm-up step) and file its marks."""
+        self.trace(step)
+        if step == self.args.warmup:
+            self.start_window()
+        self.pending.append(self.train(step))
+        while len(self.pending) > self.clock.lag:
+            self.record(self.pending.popleft())
+        if step >= self.args.warmup and time.monotonic() - self.flushed_mono > self.flush_every_s:
+            write_part(self.part, self.series, False)
+            self.flushed_mono = time.monotonic()
+
+    def train(self, step: int) -> Marks:
+        """One step: next batch, forward + backward (DDP's all-reduce), optimizer; its marks."""
+        clock, t, args = self.clock, self.training, self.args
+        start = self.prev_end
+        pre = clock.mark()
+        h0 = time.perf_counter()
+        images, labels = next(self.batches)
+        if args.sync_each_step and self.rank.cuda:  # diagnostic: what pacing alone costs a loader
+            torch.cuda.current_stream(self.rank.device).synchronize()
+        if self.relabel:
+            labels = labels.long() % args.num_classes
+        host_wait = time.perf_counter() - h0
+        m_data = clock.mark()
+        comm = t.comm.new_step()
+        with self.autocast():
+            loss = t.criterion(t.model(images), labels)
+        loss.backward()
+        m_bwd = clock.mark()
+        t.optimizer.step()
+        t.optimizer.zero_grad(set_to_none=True)
+        m_end = clock.mark()
+        self.prev_end = m_end
+        n = int(images.shape[0])
+        return Marks(step, self.batches.epoch, n, host_wait, start, pre, m_data, m_bwd, m_end, comm)
+
+    def autocast(self):
+        if self.rank.cuda:
+            return torch.autocast("cuda", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def record(self, m: Marks) -> None:
+        """A step's marks, read once its events are complete: measured or warm-up."""
+        t = read_marks(m, self.clock)
+        if m.step >= self.args.warmup:
+            append(self.series, t)
+        else:
+            self.series.warmup_step_s.append(t.step_s)
+
+    def start_window(self) -> None:
+        """The end of the warm-up: its steps filed apart, the part written, every rank met."""
+        while self.pending:  # the warm-up's steps: timed, kept apart
+            self.series.warmup_step_s.append(read_marks(self.pending.popleft(), self.clock).step_s)
+        write_part(self.part, self.series, False)
+        barrier(self.rank)
+        self.t0 = time.perf_counter()
+        self.series.window_start_mono = time.monotonic()
+        self.prev_end = self.clock.mark()
+
+    def finish(self) -> None:
+        """The end of the measured window: the last steps read, the window's length recorded."""
+        self.clock.sync()
+        if self.t0 is not None:
+            self.series.window_s = time.perf_counter() - self.t0
+            self.series.window_end_mono = time.monotonic()
+        while self.pending:
+            self.record(self.pending.popleft())
+        if self.rank.cuda:
+            self.series.peak_mem_bytes = int(torch.cuda.max_memory_allocated(self.rank.device))
+
+    def trace(self, step: int) -> None:
+        """The diagnostic CUDA trace (``--trace-steps``): started and stopped at its steps."""
+        args = self.args
+        if args.trace_steps and self.rank.cuda and step == self.trace_from:
+            self.tracer = start_trace()
+        if self.tracer is not None and step == self.trace_from + args.trace_steps:
+            name = f"trace-rank{self.rank.rank}.json.gz"
+            stop_trace(self.tracer, os.path.join(args.out_dir, name))
+            self.tracer = None
+
+
 def run(args: argparse.Namespace) -> int:
     """Train and time this rank; 0 when every step is done. A failure ends the process here."""
-    import torch
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from feedbench.core.choices import option_value
-    from feedbench.verify.loaders import LIBRARY, make_loader
-
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    part = os.path.join(args.out_dir, f"rank{rank}.json")
-    series = StepSeries(rank=rank)
+    started_mono = time.monotonic()
+    rank = Rank.from_env()
+    part = os.path.join(args.out_dir, f"rank{rank.rank}.json")
+    series = StepSeries(rank=rank.rank)
     done = False
-    cuda = args.device == "cuda"
-    last_flush = time.monotonic()
     loader = None
 
     def last_words() -> None:
@@ -144,178 +416,14 @@ def run(args: argparse.Namespace) -> int:
 
     exit_on_sigterm(last_words)
     try:
-        if args.cpu_affinity == "split":
-            # before CUDA, torch's thread pools and the loader start: their threads inherit it
-            local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-            os.sched_setaffinity(0, share_of_cpus(os.sched_getaffinity(0), local_rank, local_world))
-        series.cpus = cpu_list(os.sched_getaffinity(0))
-        if cuda:
-            if not torch.cuda.is_available():
-                raise FeedbenchError("--device cuda, but CUDA is not available to this rank")
-            device = torch.device("cuda", local_rank)
-            torch.cuda.set_device(device)
-            torch.backends.cudnn.benchmark = True
-            if args.stream_priority == "high":
-                # every op of this rank (model, loader copies, events) on the device's
-                # highest-priority stream: a GPU loader's kernels (DALI's, on its own
-                # priority-0 stream) then yield to training's
-                from loaders import high_priority_stream
-
-                torch.cuda.set_stream(high_priority_stream(device))
-            clock: Any = CudaClock(device)
-        else:
-            device = torch.device("cpu")
-            clock = HostClock()
-        from datetime import timedelta
-
-        dist.init_process_group(
-            "nccl" if cuda else "gloo",
-            timeout=timedelta(seconds=args.timeout_s),
-            **({"device_id": device} if cuda else {}),
-        )
-        torch.manual_seed(args.seed + rank)
-        dtype = torch.bfloat16 if cuda else torch.float32
-        loader = make_loader(
-            args.loader, args.source, args.batch_size, rank=rank, world_size=world,
-            local_rank=local_rank, image_size=args.image_size, workers=args.workers,
-            seed=args.seed, device=device, num_classes=args.num_classes, dtype=dtype,
-            channels_last=cuda, synthetic_batches=args.synthetic_batches,
-            options={k: option_value(v) for k, _, v in (o.partition("=") for o in args.option)},
-        )  # fmt: skip
-        series.workers = loader.workers
-        series.batches_per_epoch = len(loader)
-        if len(loader) < 1:
-            raise FeedbenchError(
-                f"{args.loader}: no full batch of {args.batch_size} per rank on {world} ranks: "
-                "the dataset is too small"
-            )
-        model = build_model(args.model, args.num_classes)
-        ddp_kw = {k: option_value(v) for k, _, v in (o.partition("=") for o in args.ddp_option)}
-        if cuda:
-            model = model.to(device, memory_format=torch.channels_last)
-            ddp = DDP(model, device_ids=[local_rank], output_device=local_rank, **ddp_kw)
-        else:
-            ddp = DDP(model, **ddp_kw)
-        series.ddp = (
-            f"broadcast_buffers={ddp.broadcast_buffers} "
-            f"gradient_as_bucket_view={ddp.gradient_as_bucket_view} "
-            f"static_graph={ddp.static_graph} bucket_cap_mb={ddp.bucket_bytes_cap / 2**20:g}"
-        )
-        comm = CommTimer(clock, world)
-        ddp.register_comm_hook(comm, timed_allreduce)
-        step_model = ddp
-        if args.compile != "off":  # compiled at the first warm-up step(s)
-            mode = None if args.compile == "default" else args.compile
-            step_model = torch.compile(ddp, mode=mode)
-            series.compiled = args.compile
-        criterion = torch.nn.CrossEntropyLoss()
-        opt = torch.optim.SGD(ddp.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-
-        def autocast():
-            if cuda:
-                return torch.autocast("cuda", dtype=torch.bfloat16)
-            return contextlib.nullcontext()
-
-        relabel = args.loader in LIBRARY  # labels from .cls files may exceed num_classes
-
-        epoch, it = 0, None
-
-        def next_batch():
-            nonlocal epoch, it
-            while True:
-                if it is None:
-                    loader.set_epoch(epoch)
-                    it = iter(loader)
-                try:
-                    return next(it)
-                except StopIteration:
-                    it = None
-                    epoch += 1
-
-        def barrier() -> None:
-            clock.sync()
-            if cuda:
-                dist.barrier(device_ids=[local_rank])
-            else:
-                dist.barrier()
-            clock.sync()
-
-        def record(m: Marks) -> None:
-            """A step's marks, read once its events are complete: measured or warm-up."""
-            t = read_marks(m, clock)
-            if m.step >= args.warmup:
-                append(series, t)
-            else:
-                series.warmup_step_s.append(t.step_s)
-
-        total = args.warmup + args.steps
-        pending: deque[Marks] = deque()
-        t0 = None
-        prev_end = clock.mark()
-        tracer = None
-        trace_from = args.warmup + min(10, max(0, args.steps - args.trace_steps))
-        for step in range(total):
-            measuring = step >= args.warmup
-            if args.trace_steps and cuda and step == trace_from:
-                tracer = start_trace()
-            if tracer is not None and step == trace_from + args.trace_steps:
-                stop_trace(tracer, os.path.join(args.out_dir, f"trace-rank{rank}.json.gz"))
-                tracer = None
-            if step == args.warmup:
-                while pending:  # the warm-up's steps: timed, kept apart
-                    series.warmup_step_s.append(read_marks(pending.popleft(), clock).step_s)
-                write_part(part, series, False)
-                barrier()
-                t0 = time.perf_counter()
-                series.window_start_mono = time.monotonic()
-                prev_end = clock.mark()
-            start = prev_end
-            pre = clock.mark()
-            h0 = time.perf_counter()
-            images, labels = next_batch()
-            if args.sync_each_step and cuda:  # diagnostic: what pacing alone costs a loader
-                torch.cuda.current_stream(device).synchronize()
-            if relabel:
-                labels = labels.long() % args.num_classes
-            host_wait = time.perf_counter() - h0
-            m_data = clock.mark()
-            marks = comm.new_step()
-            with autocast():
-                loss = criterion(step_model(images), labels)
-            loss.backward()
-            m_bwd = clock.mark()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            m_end = clock.mark()
-            prev_end = m_end
-            pending.append(
-                Marks(
-                    step,
-                    epoch,
-                    int(images.shape[0]),
-                    host_wait,
-                    start,
-                    pre,
-                    m_data,
-                    m_bwd,
-                    m_end,
-                    marks,
-                )  # fmt: skip
-            )
-            while len(pending) > clock.lag:
-                record(pending.popleft())
-            if measuring and time.monotonic() - last_flush > FLUSH_EVERY_S:
-                write_part(part, series, False)
-                last_flush = time.monotonic()
-        clock.sync()
-        if t0 is not None:
-            series.window_s = time.perf_counter() - t0
-            series.window_end_mono = time.monotonic()
-        while pending:
-            record(pending.popleft())
-        if cuda:
-            series.peak_mem_bytes = int(torch.cuda.max_memory_allocated(device))
-        barrier()  # every rank finishes its window before any leaves
+        series.cpus = pin_cores(args, rank)
+        rank = open_device(args, rank)
+        join_group(args, rank)
+        torch.manual_seed(args.seed + rank.rank)
+        loader = open_loader(args, rank, series)
+        training = build_training(args, rank, series)
+        TimedLoop(args, rank, series, training, Epochs(loader), part, started_mono).run()
+        barrier(rank)  # every rank finishes its window before any leaves
         done = True
         dist.destroy_process_group()
         return 0

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from feedbench.verify.results import StepSeries
+from feedbench.verify.results import COLUMNS, PARTS, StepSeries
 
 LAG = 2  # GPU: events of step i are read after step i + LAG is queued
 
@@ -118,18 +118,23 @@ class Marks:
 
 @dataclass
 class StepTimes:
+    """One step in seconds: ``parts`` holds every part of :data:`PARTS` (each also read as an
+    attribute, ``t.data_wait_s``); they add up to ``step_s``."""
+
     step: int
     epoch: int
     images: int
-    data_wait_s: float
-    forward_backward_s: float
-    allreduce_s: float
-    optimizer_s: float
-    other_s: float
+    parts: dict[str, float]
     step_s: float
     allreduce_busy_s: float
     host_wait_s: float
     buckets: int
+
+    def __getattr__(self, name: str) -> float:  # only for names that are not fields
+        parts = self.__dict__.get("parts", {})
+        if name in parts:
+            return parts[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def read_marks(m: Marks, clock) -> StepTimes:
@@ -148,15 +153,14 @@ def read_marks(m: Marks, clock) -> StepTimes:
         bwd_end = s(m.start, m.bwd)
         exposed = min(max(0.0, last_done - last_ready), max(0.0, bwd_end - last_ready), fb)
         busy = union_length(spans)
+    # in the order of PARTS: data wait, forward + backward, exposed all-reduce, optimizer, other
+    seconds = (data, fb - exposed, exposed, opt, step - data - fb - opt)
+    parts = dict(zip(PARTS, seconds, strict=True))
     return StepTimes(
         step=m.step,
         epoch=m.epoch,
         images=m.images,
-        data_wait_s=data,
-        forward_backward_s=fb - exposed,
-        allreduce_s=exposed,
-        optimizer_s=opt,
-        other_s=step - data - fb - opt,
+        parts=parts,
         step_s=step,
         allreduce_busy_s=busy,
         host_wait_s=m.host_wait_s,
@@ -165,8 +169,6 @@ def read_marks(m: Marks, clock) -> StepTimes:
 
 
 def append(series: StepSeries, t: StepTimes) -> None:
-    for name in (
-        "step", "epoch", "images", "data_wait_s", "forward_backward_s", "allreduce_s",
-        "optimizer_s", "other_s", "step_s", "allreduce_busy_s", "host_wait_s", "buckets",
-    ):  # fmt: skip
+    """Add one measured step to ``series``: a value to each of its per-step columns."""
+    for name in COLUMNS:
         getattr(series, name).append(getattr(t, name))

@@ -1,0 +1,69 @@
+"""Credentials never leave the process: what is shown, written or drawn goes through here.
+
+A URL's password and its query-string signatures and tokens (:func:`loaders.data.redact_url`),
+and the value of every environment variable whose name says it is secret (``*SECRET*``,
+``*TOKEN*``, ``*PASSWORD*``, ``*KEY*``, ``*CREDENTIAL*``), are replaced by ``***`` in any text;
+:func:`scrub` does it to every string of a results object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from typing import Any
+
+from loaders.data.remote import redact_url
+
+MASK = "***"
+_SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.I)
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_MIN_SECRET = 4  # shorter values would mask ordinary words and digits
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values of the secret-named variables, longest first (so a value inside another is masked
+    after it)."""
+    env = os.environ if environ is None else environ
+    values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub_text(text: str, secrets: list[str] | None = None) -> str:
+    """``text`` with URL credentials and secret values masked."""
+    if not text:
+        return text
+    out = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    for value in secret_values() if secrets is None else secrets:
+        out = out.replace(value, MASK)
+    return out
+
+
+def scrub(obj: Any, secrets: list[str] | None = None) -> Any:
+    """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with every string
+    scrubbed; other values as they are."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(obj, str):
+        return scrub_text(obj, secrets)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        changes = {f.name: scrub(getattr(obj, f.name), secrets) for f in dataclasses.fields(obj)}
+        return dataclasses.replace(obj, **changes)
+    if isinstance(obj, dict):
+        return {scrub(k, secrets): scrub(v, secrets) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(scrub(v, secrets) for v in obj)
+    return obj
+
+
+def scrub_file(path: str) -> None:
+    """Mask credentials in a text file written by another process (a log), in place."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return
+    clean = scrub_text(text)
+    if clean != text:
+        from feedbench.core.envelope import write_atomic
+
+        write_atomic(path, clean)

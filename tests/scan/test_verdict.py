@@ -1,0 +1,156 @@
+"""The verdict: a pure function of a results object, on constructed cases (texts pinned)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from feedbench.core.envelope import DatasetInfo, HostInfo
+from feedbench.core.stats import Percentiles
+from feedbench.core.timeline import MonitorSample, Timeline
+from feedbench.scan.results import (
+    CacheState,
+    ConsumerStats,
+    CurvePoint,
+    Measurement,
+    ScanResult,
+    StageStats,
+)
+from feedbench.scan.verdict import judge
+
+READ_P = Percentiles(0.002, 0.004, 0.008, 0.010)
+
+
+def stage(name, busy_s, share, rate=1000.0, latency=None, available=True):
+    return StageStats(name, 100, busy_s, 0, rate, 0.0, share, latency, available)
+
+
+def consumer(rank, wait_s=1.0, sync_s=0.0, idle_s=None, batches=11, data_wait=None):
+    return ConsumerStats(
+        rank=rank, samples=100, files=100, read_bytes=1000, errors=0, batches=batches,
+        wall_s=10.0, first_batch_s=0.1, samples_per_s=10.0, steady_samples_per_s=10.0,
+        stages=[], step_s=5.0, data_wait_s=wait_s, sync_wait_s=sync_s, barrier_idle_s=idle_s,
+        data_wait=data_wait,
+    )  # fmt: skip
+
+
+def timeline(cpu_percent, gpu_percent=()):
+    sample = MonitorSample(0.0, list(cpu_percent), 0, 50e6, 0.0, 0.0, list(gpu_percent))
+    return Timeline("t", 0.5, [sample, replace(sample, t_s=0.5)])
+
+
+def result(stages, per_consumer, *, au=None, accelerator=None, monitor=None, loader=None):
+    m = Measurement(
+        consumers=len(per_consumer), workers=2, pass_name="cold", repeat=1, samples=200,
+        files=200, read_bytes=2000, errors=0, batches=20, wall_s=10.0, first_batch_s=0.1,
+        samples_per_s=2000.0, steady_samples_per_s=2000.0, mb_per_s=0.2, files_per_s=20.0,
+        stages=stages, cache=CacheState("cold", 0.0), per_consumer=per_consumer, au_mean=au,
+        au_min=au, monitor=monitor,
+    )  # fmt: skip
+    point = CurvePoint(len(per_consumer), "cold", 1, 2500.0, 0.0, 2500.0, 2500.0, 0.0, 0.2, 1.0,
+                       au, au)  # fmt: skip
+    config = {"loader": loader} if loader else {}
+    return ScanResult(
+        kind="scan", created_utc="2025-01-01T00:00:00+00:00", command=["feedbench", "scan"],
+        config=config, host=HostInfo("h", "Linux", "3.11", 4, 1 << 30, "2.5", []),
+        dataset=DatasetInfo("/d", "tree", 200, 2000, 200), measurements=[m], curve=[point],
+        accelerator=accelerator,
+    )  # fmt: skip
+
+
+PROFILE = {"kind": "profile", "name": "resnet50-h200", "accelerator": "H200",
+           "samples_per_s": 1000.0}  # fmt: skip
+STAGES = [stage("read", 2.0, 0.25, latency=READ_P), stage("decode", 6.0, 0.75)]
+
+
+def test_accelerator_bound_names_the_au_and_what_the_data_feeds():
+    v = judge(result(STAGES, [consumer(0), consumer(1)], au=0.95, accelerator=PROFILE))
+    assert (v.bound, v.resource) == ("accelerator", "none")
+    assert v.text == (
+        "accelerator-bound: the data keeps up — AU 95% (min 95%) at 2 consumers (2 consumers × 2 "
+        "workers, cold cache); 2,500 samples/s feeds 2.5 H200 (resnet50-h200)"
+    )
+    assert v.feeds_accelerators == 2.5 and v.supported_consumers == 2
+
+
+def test_sync_bound_counts_only_sync_wait_beyond_the_barriers_own_cost():
+    slow = [consumer(0, wait_s=0.5, sync_s=3.0, idle_s=0.1), consumer(1, wait_s=0.5)]
+    v = judge(result(STAGES, slow, au=0.5, accelerator=PROFILE))
+    assert (v.bound, v.resource) == ("sync", "straggler")
+    assert v.text.startswith(  # 3.0 s - 0.1 s × 10 steps
+        "sync-bound: consumers wait more for each other (2.00 s) than for their own data (1.00 s)"
+    )
+    assert "step barrier's own cost: 100.00 ms per step (counted in sync wait)" in v.evidence
+    assert v.supported_consumers == 0
+    # the barrier's cost alone is not a straggler: the limiting stage is named instead
+    even = [consumer(0, wait_s=0.5, sync_s=1.0, idle_s=0.1), consumer(1, wait_s=0.5)]
+    assert judge(result(STAGES, even, au=0.5, accelerator=PROFILE)).bound == "decode"
+
+
+def test_stage_bound_on_saturated_cpu():
+    v = judge(result(STAGES, [consumer(0)], monitor=timeline([90.0] * 4)))
+    assert (v.bound, v.resource) == ("decode", "cpu")
+    assert v.text == (
+        "decode-bound (cpu): 3.6/4 cores busy (90%), decode takes 75% of loader time; without it "
+        "the rest would run 4.0× faster, read alone would run 4.0× faster"
+    )
+    assert v.evidence == [
+        "read: 25% of loader time (1,000 samples/s per worker)",
+        "decode: 75% of loader time (1,000 samples/s per worker)",
+        "CPU: 3.6 of 4 cores busy on average",
+        "disk reads: 50.0 MB/s (device counters)",
+        "read latency p50 2.00 ms, p99 8.00 ms (all consumers' reads)",
+    ]
+    assert v.feeds_accelerators is None and v.supported_consumers is None
+
+
+def test_stage_bound_on_idle_cpu_asks_for_workers():
+    v = judge(result(STAGES, [consumer(0)], monitor=timeline([20.0] * 4)))
+    assert v.resource == "cpu (too few workers)"
+    assert v.text.startswith("decode-bound (cpu (too few workers)): CPU only 20% busy: more")
+
+
+def test_read_bound_is_storage_with_its_p99():
+    stages = [stage("read", 9.0, 0.9, latency=READ_P), stage("decode", 1.0, 0.1)]
+    v = judge(result(stages, [consumer(0)]))
+    assert (v.bound, v.resource) == ("read", "storage")
+    assert v.text == (
+        "read-bound (storage): read takes 90% of loader time; without it the rest would run "
+        "10.0× faster, read p99 8.0 ms"
+    )
+
+
+def test_pageable_copies_and_unavailable_stages_are_not_the_bottleneck():
+    stages = [
+        stage("read", 1.0, 0.5),
+        stage("transfer-pinned", 1.0, 0.5),
+        stage("transfer-pageable", 50.0, 0.0),
+    ]
+    v = judge(result(stages, [consumer(0)]))
+    assert (v.bound, v.resource) == ("read", "storage")  # the first of two equal ones
+    assert not any("pageable" in e for e in v.evidence)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "gpu", "resource", "why"),
+    [
+        ([95.0] * 4, [], "cpu", "3.8/4 cores busy (95%)"),
+        ([10.0] * 4, [95.0], "gpu", "GPU 95% busy decoding"),
+        ([10.0] * 4, [], "storage or loader settings", "CPU 10% busy; try more workers"),
+    ],
+)
+def test_a_training_loader_names_the_resource_from_the_monitor(cpu, gpu, resource, why):
+    wait = Percentiles(0.004, 0.006, 0.009, 0.01)
+    per = [consumer(0, data_wait=wait)]
+    stages = [stage("loader:dali", 10.0, 1.0)]
+    v = judge(result(stages, per, loader="dali", monitor=timeline(cpu, gpu)))
+    assert (v.bound, v.resource) == ("loader", resource)
+    assert v.text.startswith(f"data-bound with the dali loader ({resource}): {why}")
+    assert v.text.endswith("; data wait p50 4.0 ms, p99 9.0 ms")
+
+
+def test_no_verdict_without_a_complete_measurement():
+    r = result(STAGES, [consumer(0)])
+    r.measurements[0].partial = True
+    assert judge(r) is None

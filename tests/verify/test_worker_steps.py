@@ -1,0 +1,303 @@
+"""A verify rank's steps, driven in this process on the CPU (no torchrun, no spawned process): its
+setup, the DDP model its builder makes, and the timed loop's accounting of every step."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import sys
+import time
+import types
+from dataclasses import fields, replace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from feedbench.core.errors import FeedbenchError
+from feedbench.core.supervise import free_port
+from feedbench.verify import results as verify_results
+from feedbench.verify.loaders import VerifyLoader, make_loader
+from feedbench.verify.results import COLUMNS, PART_LABELS, PARTS, StepSeries, schema_gaps
+from feedbench.verify.worker.main import (
+    Epochs,
+    Rank,
+    TimedLoop,
+    build_training,
+    cpu_list,
+    join_group,
+    open_device,
+    open_loader,
+    parse_args,
+    pin_cores,
+    share_of_cpus,
+)
+from feedbench.verify.worker.timing import HostClock, Marks, read_marks
+
+
+def _args(tmp_path, *extra: str, warmup: int = 2, steps: int = 5):
+    return parse_args(
+        ["--loader", "synthetic", "--batch-size", "4", "--image-size", "32", "--num-classes",
+         "10", "--warmup", str(warmup), "--steps", str(steps), "--synthetic-batches", "3",
+         "--out-dir", str(tmp_path), *extra]
+    )  # fmt: skip
+
+
+@pytest.fixture
+def group(monkeypatch):
+    """A world-1 gloo process group in this process, joined as a rank joins it."""
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    args = parse_args(["--loader", "synthetic", "--batch-size", "1", "--steps", "1",
+                       "--out-dir", "unused", "--timeout-s", "60"])  # fmt: skip
+    rank = open_device(args, Rank.from_env())
+    join_group(args, rank)
+    try:
+        assert dist.get_backend() == "gloo" and dist.get_world_size() == 1
+        yield rank
+    finally:
+        dist.destroy_process_group()
+
+
+def _loop(args, rank: Rank, loader: VerifyLoader | None = None):
+    """What ``run`` sets up before its loop, for ``args`` on ``rank``."""
+    series = StepSeries(rank=rank.rank)
+    torch.manual_seed(args.seed)
+    if loader is None:
+        loader = open_loader(args, rank, series)
+    training = build_training(args, rank, series)
+    part = os.path.join(args.out_dir, f"rank{rank.rank}.json")
+    return TimedLoop(args, rank, series, training, Epochs(loader), part), series
+
+
+def _part(loop: TimedLoop) -> dict:
+    with open(loop.part) as f:
+        return json.load(f)
+
+
+def _assert_parts_add_up(s: StepSeries) -> None:
+    for i, step_s in enumerate(s.step_s):
+        assert sum(getattr(s, p)[i] for p in PARTS) == pytest.approx(step_s, rel=1e-9, abs=1e-12)
+        assert step_s > 0 and s.forward_backward_s[i] > 0 and s.optimizer_s[i] > 0
+        assert s.data_wait_s[i] >= 0 and s.allreduce_s[i] >= 0
+
+
+# --- setup ----------------------------------------------------------------------------------------
+
+
+def test_rank_from_torchrun_environment():
+    r = Rank.from_env({"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4"})
+    assert (r.rank, r.world, r.local_rank, r.local_world) == (5, 8, 1, 4)
+    assert Rank.from_env({"WORLD_SIZE": "3"}).local_world == 3  # one machine: all ranks local
+    assert replace(Rank.from_env({}), clock=None) == replace(Rank(), clock=None)
+    assert not Rank().cuda and isinstance(Rank().clock, HostClock)
+
+
+def test_pin_cores_keeps_or_splits_the_affinity(tmp_path):
+    mine = os.sched_getaffinity(0)
+    second_of_two = Rank(local_rank=1, local_world=2)
+    assert pin_cores(_args(tmp_path), second_of_two) == cpu_list(mine)
+    assert os.sched_getaffinity(0) == mine  # inherit: untouched
+    if len(mine) < 2:
+        pytest.skip("needs 2 cores to split")
+    try:
+        got = pin_cores(_args(tmp_path, "--cpu-affinity", "split"), second_of_two)
+        assert got == cpu_list(share_of_cpus(mine, 1, 2))
+        assert os.sched_getaffinity(0) == set(share_of_cpus(mine, 1, 2)) != mine
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def test_open_device_cpu_clock_and_cuda_refusal(tmp_path):
+    r = open_device(_args(tmp_path), Rank(rank=1, world=2))
+    assert r.device == torch.device("cpu") and not r.cuda and r.clock.lag == 0
+    assert (r.rank, r.world) == (1, 2)
+    if torch.cuda.is_available():
+        return
+    with pytest.raises(FeedbenchError, match="CUDA is not available to this rank"):
+        open_device(_args(tmp_path, "--device", "cuda"), Rank())
+
+
+def test_open_loader_refuses_data_without_a_full_batch(tmp_path, dataset):
+    args = parse_args(["--loader", "baseline", "--source", str(dataset / "images"),
+                       "--batch-size", "32", "--steps", "1", "--workers", "0",
+                       "--out-dir", str(tmp_path)])  # fmt: skip
+    series = StepSeries(rank=0)
+    rank = open_device(args, Rank())
+    with pytest.raises(FeedbenchError, match="baseline: no full batch of 32 per rank on 1 ranks"):
+        open_loader(args, rank, series)
+    assert series.batches_per_epoch == 0 and series.workers == 0
+
+
+def test_build_training_reads_ddp_settings_back(tmp_path, group):
+    series = StepSeries(rank=0)
+    t = build_training(_args(tmp_path), group, series)
+    assert series.ddp == (
+        "broadcast_buffers=True gradient_as_bucket_view=False static_graph=False bucket_cap_mb=25"
+    )  # DDP's defaults, read from DDP
+    assert t.model is t.ddp and series.compiled is None
+    assert t.comm.world == 1 and t.comm.clock is group.clock
+    series = StepSeries(rank=0)
+    asked = ("--ddp-option", "broadcast_buffers=false", "--ddp-option", "bucket_cap_mb=8",
+             "--ddp-option", "gradient_as_bucket_view=true")  # fmt: skip
+    t = build_training(_args(tmp_path, *asked), group, series)
+    assert series.ddp == (
+        "broadcast_buffers=False gradient_as_bucket_view=True static_graph=False bucket_cap_mb=8"
+    )
+    assert t.ddp.broadcast_buffers is False
+    assert t.optimizer.param_groups[0]["lr"] == 0.01
+    assert [p.data_ptr() for p in t.optimizer.param_groups[0]["params"]] == [
+        p.data_ptr() for p in t.ddp.parameters()
+    ]
+
+
+def test_epochs_run_on_and_count_epochs():
+    class Counted(VerifyLoader):
+        def __init__(self) -> None:
+            self.epochs: list[int] = []
+
+        def __len__(self) -> int:
+            return 2
+
+        def __iter__(self):
+            yield from ("a", "b")
+
+        def set_epoch(self, epoch: int) -> None:
+            self.epochs.append(epoch)
+
+    loader = Counted()
+    batches = Epochs(loader)
+    got = [(next(batches), batches.epoch) for _ in range(5)]
+    assert got == [("a", 0), ("b", 0), ("a", 1), ("b", 1), ("a", 2)]
+    assert loader.epochs == [0, 1, 2]  # set_epoch before each epoch's iterator
+
+
+# --- the timed loop -------------------------------------------------------------------------------
+
+
+def test_timed_loop_keeps_warmup_apart_and_parts_add_up(tmp_path, group):
+    args = _args(tmp_path, "--ddp-option", "broadcast_buffers=false", warmup=2, steps=5)
+    loop, s = _loop(args, group)
+    loop.run()
+    assert s.step == [2, 3, 4, 5, 6]  # counted from the first warm-up step
+    assert s.epoch == [0, 1, 1, 1, 2]  # 3 batches per epoch
+    assert s.images == [4] * 5 and s.batches_per_epoch == 3 and s.workers is None
+    assert len(s.warmup_step_s) == 2 and all(x > 0 for x in s.warmup_step_s)
+    assert all(len(getattr(s, name)) == 5 for name in COLUMNS)
+    _assert_parts_add_up(s)
+    assert all(b >= 1 for b in s.buckets)  # the comm hook saw every step's all-reduce
+    assert all(busy > 0 for busy in s.allreduce_busy_s)
+    assert s.ddp.startswith("broadcast_buffers=False ")
+    # the measured steps tile a span inside the measured window
+    assert s.window_s is not None and 0 < sum(s.step_s) <= s.window_s
+    assert s.window_start_mono < s.window_end_mono
+    # the part written when the window started holds the warm-up only
+    written = _part(loop)
+    assert written["done"] is False
+    assert written["series"]["warmup_step_s"] == s.warmup_step_s
+    assert written["series"]["step"] == [] and written["series"]["window_s"] is None
+
+
+def test_timed_loop_without_warmup(tmp_path, group):
+    loop, s = _loop(_args(tmp_path, warmup=0, steps=3), group)
+    loop.run()
+    assert s.step == [0, 1, 2] and s.warmup_step_s == [] and s.window_s is not None
+    _assert_parts_add_up(s)
+
+
+class _LaggingClock(HostClock):
+    """The host clock, read two steps late like the CUDA clock: the GPU loop's bookkeeping."""
+
+    lag = 2
+
+
+def test_timed_loop_reads_marks_lag_steps_later(tmp_path, group):
+    loop, s = _loop(_args(tmp_path, warmup=3, steps=4), replace(group, clock=_LaggingClock()))
+    recorded = []
+    for i in range(7):
+        loop.step(i)
+        recorded.append((len(s.warmup_step_s), list(s.step), len(loop.pending)))
+    assert recorded == [
+        (0, [], 1),
+        (0, [], 2),
+        (1, [], 2),  # step 0's marks read after step 2
+        (3, [], 1),  # the window starts: the warm-up's pending steps are read first
+        (3, [], 2),
+        (3, [3], 2),
+        (3, [3, 4], 2),
+    ]
+    loop.finish()  # the last steps are read after the loop
+    assert s.step == [3, 4, 5, 6] and not loop.pending
+    _assert_parts_add_up(s)
+
+
+def test_timed_loop_flushes_its_part_while_measuring(tmp_path, group):
+    loop, s = _loop(_args(tmp_path, warmup=1, steps=3), group)
+    loop.flush_every_s = 0.0
+    written = []
+    for i in range(4):
+        loop.step(i)
+        written.append(_part(loop)["series"]["step"] if os.path.exists(loop.part) else None)
+    assert written == [None, [1], [1, 2], [1, 2, 3]]  # no part in the warm-up, then every step
+    assert _part(loop)["done"] is False
+
+
+class _SlowLoader(VerifyLoader):
+    """A scripted loader: each batch comes ``delay_s`` late."""
+
+    def __init__(self, inner: VerifyLoader, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        for batch in self.inner:
+            time.sleep(self.delay_s)
+            yield batch
+
+
+def test_timed_loop_counts_a_late_batch_as_data_wait(tmp_path, group):
+    args = _args(tmp_path, warmup=1, steps=3)
+    inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
+                        workers=None, seed=0, device=group.device, num_classes=10,
+                        synthetic_batches=3)  # fmt: skip
+    loop, s = _loop(args, group, _SlowLoader(inner, 0.03))
+    loop.run()
+    assert len(s.step_s) == 3
+    for i in range(3):
+        assert s.data_wait_s[i] >= 0.03 and s.host_wait_s[i] >= 0.03
+        assert s.step_s[i] > s.data_wait_s[i] + s.forward_backward_s[i]
+    _assert_parts_add_up(s)
+
+
+# --- the parts, spelled once ----------------------------------------------------------------------
+
+
+def test_schema_holds_every_part():
+    assert schema_gaps() == []
+    assert schema_gaps((*PARTS, "io_s")) == ["StepSeries.io_s", "Breakdown.io_s"]
+    lists = [f.name for f in fields(StepSeries) if str(f.type).startswith("list[")]
+    assert lists == [*COLUMNS, "warmup_step_s"]  # the per-step columns, in file order
+    m = Marks(0, 0, 4, 0.0, 0.0, 0.001, 0.002, 0.003, 0.004, [])
+    assert list(read_marks(m, HostClock()).parts) == list(PARTS)
+    assert list(PART_LABELS) == list(PARTS)
+
+
+def test_a_part_added_to_parts_but_not_to_the_schema_fails_at_import(monkeypatch):
+    source = inspect.getsource(verify_results)
+    patched = source
+    for name, added in (("PARTS", "io_s"), ("_LABELS", "i/o")):  # a new part, with its label
+        patched, n = re.subn(rf"^{name} = \((.*)\)$", rf'{name} = (\1, "{added}")', patched,
+                             flags=re.M)  # fmt: skip
+        assert n == 1, name
+    for name in ("results_as_it_is", "results_with_a_new_part"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    exec(compile(source, "results.py", "exec"), sys.modules["results_as_it_is"].__dict__)
+    module = sys.modules["results_with_a_new_part"]
+    with pytest.raises(TypeError, match=r"lacks StepSeries\.io_s, Breakdown\.io_s"):
+        exec(compile(patched, "results.py", "exec"), module.__dict__)
