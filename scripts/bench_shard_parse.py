@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """CPU cost per sample of feedbench's shard read path, warm page cache, one process.
 
-Three loops over the same shards (best of --repeat, µs per sample): the bare read calls
-(1 MiB ``readv`` into one buffer, what fio does), ``ShardSource.iter_samples`` with a copy of
-every image, and with ``views=True`` (what a scan's consumers use). The difference to the bare
-reads is the tar walk and bookkeeping that run in series with the reads on a fast source.
+Four loops over the same shards (best of --repeat, µs per sample): the bare read calls
+(1 MiB ``readv`` into one buffer, what fio does), ``Source.iter_samples`` with a copy of every
+image, and with ``views=True`` (what a scan's consumers use); the difference to the bare reads is
+the tar walk and bookkeeping that run in series with the reads on a fast source. The fourth walks
+the shards from memory (no read call at all): the tar walker's own cost.
 
     python scripts/bench_shard_parse.py /tmp/ds2k/shards --repeat 9
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -37,8 +39,36 @@ def main() -> None:
                 pass
             os.close(fd)
 
+    from loaders.data.readers import READ_CHUNK, StreamBase
+    from loaders.data.tar import iter_shard
+
+    held = {str(f): Path(str(f)).read_bytes() for f in src.files()}
+
+    class InMemory(StreamBase):
+        """The reader interface over bytes already in memory, 1 MiB at a time."""
+
+        def __init__(self, data: bytes) -> None:
+            self._init_stream()
+            self._data, self._at = memoryview(data), 0
+
+        def fill(self) -> None:
+            if type(self.hold[0]) is memoryview:
+                self.hold[0] = bytes(self.hold[0])
+            self.base += self.end
+            chunk = self._data[self._at : self._at + READ_CHUNK]
+            self._at += len(chunk)
+            self.buf, self.pos, self.end = chunk, 0, len(chunk)
+            self.bytes += len(chunk)
+            self.eof = not len(chunk)
+
+    def in_memory() -> None:
+        for path, data in held.items():
+            for _ in iter_shard(InMemory(data), path, views=True):
+                pass
+
     loops = {
         "bare 1 MiB reads": bare,
+        "walk in memory, views": in_memory,
         "iter_samples, copies": lambda: [None for _ in src.iter_samples(units)],
         "iter_samples, views": lambda: [None for _ in src.iter_samples(units, views=True)],
     }

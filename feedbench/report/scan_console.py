@@ -61,7 +61,7 @@ def _curve_table(result: ScanResult, console: Console) -> None:
     if not result.curve:
         return
     basis = "after warm-up" if result.curve[0].rate_basis == "steady" else "whole pass"
-    table = Table(title=f"scaling (samples/s {basis})", title_justify="left")
+    table = Table(title=f"scaling (samples/s, MB/s, files/s {basis})", title_justify="left")
     for col, just in (
         ("N", "right"),
         ("pass", "left"),
@@ -70,6 +70,7 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         ("± std", "right"),
         ("CV", "right"),
         ("MB/s", "right"),
+        ("files/s", "right"),
         ("speedup", "right"),
         ("effic.", "right"),
         ("AU mean", "right"),
@@ -87,6 +88,7 @@ def _curve_table(result: ScanResult, console: Console) -> None:
             fmt_rate(c.samples_per_s_std),
             f"{c.cv:.1%}",
             f"{c.mb_per_s_mean:,.1f}",
+            fmt_rate(c.files_per_s_mean),
             f"{c.speedup:.2f}×" if c.speedup is not None else "—",
             fmt_pct(c.efficiency),
             fmt_pct(c.au_mean),

@@ -81,6 +81,7 @@ class Tally:
         self.waits: list[float] = []  # data wait per measured batch
         self.step_s = self.data_wait_s = self.sync_wait_s = 0.0
         self.steady_samples = 0
+        self.steady_bytes = self.steady_files = 0  # read in the steady window (errors too)
         self.t_start = self.t_end = time.perf_counter()
         # the steady window starts after the warm-up batches (at once without any)
         self.t_first_end: float | None = None if warmup_batches > 0 else self.t_start
@@ -100,6 +101,9 @@ class Tally:
         self.samples += times.samples
         self.files += times.files
         self.read_bytes += times.read_bytes
+        if self.t_first_end is not None:  # after the warm-up: the window every rate shares
+            self.steady_bytes += times.read_bytes
+            self.steady_files += times.files
         self.errors += times.errors
         self.read_latencies.extend(times.read_latencies)
         clocks = self.clocks
@@ -134,11 +138,18 @@ class Tally:
             self.t_first_end = time.perf_counter()
 
     @property
-    def steady_samples_per_s(self) -> float | None:
-        """Samples per second after the warm-up batches; None when nothing was measured."""
+    def steady_s(self) -> float | None:
+        """The steady window: from the end of the warm-up batches to the end; None when it
+        holds no measured batch."""
         if self.t_first_end is None or not self.steady_samples or self.t_end <= self.t_first_end:
             return None
-        return self.steady_samples / (self.t_end - self.t_first_end)
+        return self.t_end - self.t_first_end
+
+    @property
+    def steady_samples_per_s(self) -> float | None:
+        """Samples per second after the warm-up batches; None when nothing was measured."""
+        window = self.steady_s
+        return self.steady_samples / window if window else None
 
 
 class StepBarrier:
@@ -358,6 +369,10 @@ def consumer_stats(
         first_batch_s=tally.first_batch_s,
         samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
         steady_samples_per_s=tally.steady_samples_per_s,
+        steady_s=tally.steady_s,
+        steady_samples=tally.steady_samples,
+        steady_read_bytes=tally.steady_bytes,
+        steady_files=tally.steady_files,
         stages=stats,
         step_s=tally.step_s,
         data_wait_s=tally.data_wait_s,

@@ -107,6 +107,8 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
     read_bytes = sum(s.read_bytes for s in stats)
     files = sum(s.files for s in stats)
     steady = [s.steady_samples_per_s for s in stats]
+    windows = [s.steady_s for s in stats]
+    windowed = all(w for w in windows)
     aus = [s.au for s in stats if s.au is not None]
     firsts = [s.first_batch_s for s in stats if s.first_batch_s is not None]
     return Measurement(
@@ -125,6 +127,10 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         steady_samples_per_s=float(sum(steady)) if all(x is not None for x in steady) else None,
         mb_per_s=read_bytes / wall / 1e6 if wall > 0 else 0.0,
         files_per_s=files / wall if wall > 0 else 0.0,
+        steady_mb_per_s=sum(s.steady_read_bytes / s.steady_s for s in stats) / 1e6
+        if windowed
+        else None,
+        steady_files_per_s=sum(s.steady_files / s.steady_s for s in stats) if windowed else None,
         stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,

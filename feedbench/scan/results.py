@@ -66,6 +66,11 @@ class ConsumerStats:
     barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)
     data_wait: Percentiles | None = None  # per-batch wait distribution
     au: float | None = None  # step / (step + data wait + sync wait); None without an emulated step
+    # the steady window (after the warm-up batches) every steady rate is over, and what it held
+    steady_s: float | None = None
+    steady_samples: int = 0
+    steady_read_bytes: int = 0  # bytes read in the window (failed samples' too)
+    steady_files: int = 0
 
 
 @dataclass
@@ -95,6 +100,9 @@ class Measurement:
     monitor: Timeline | None = None
     partial: bool = False
     failed: str | None = None  # why this measurement is no rate: stalled, most samples failed
+    # over the same steady windows as steady_samples_per_s (summed over consumers)
+    steady_mb_per_s: float | None = None
+    steady_files_per_s: float | None = None
 
 
 @dataclass
@@ -115,6 +123,7 @@ class CurvePoint:
     au_min: float | None = None
     rate_basis: str = "steady"  # "steady": after warm-up batches; "pass": whole pass incl. start
     workers: int | None = None  # loader workers per consumer
+    files_per_s_mean: float | None = None  # over the same window as samples/s and MB/s
     speedup: float | None = None  # samples/s ÷ samples/s of one consumer (same pass)
     failed: int = 0  # repeats that failed (left out of the mean ± std)
 

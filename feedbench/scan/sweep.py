@@ -22,7 +22,9 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
         elif not m.partial:
             groups.setdefault((m.pass_name, m.consumers), []).append(m)
     points: list[CurvePoint] = []
-    # warm-up apart: the steady rate where every measurement has one, else whole-pass rates
+    # warm-up apart: the steady rate where every measurement has one, else whole-pass rates;
+    # MB/s and files/s over the same window (results recorded before the window counted bytes
+    # keep their whole-pass MB/s)
     steady = all(m.steady_samples_per_s is not None for ms in groups.values() for m in ms)
     for (pass_name, n), ms in sorted(groups.items(), key=lambda kv: (kv[0][0] != "cold", kv[0])):
         rates = spread([m.steady_samples_per_s if steady else m.samples_per_s for m in ms])
@@ -38,7 +40,10 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
                 samples_per_s_min=rates["min"],
                 samples_per_s_max=rates["max"],
                 cv=rates["cv"],
-                mb_per_s_mean=float(np.mean([m.mb_per_s for m in ms])),
+                mb_per_s_mean=_mean([_in(steady, m.steady_mb_per_s, m.mb_per_s) for m in ms]),
+                files_per_s_mean=_mean(
+                    [_in(steady, m.steady_files_per_s, m.files_per_s) for m in ms]
+                ),
                 efficiency=None,
                 au_mean=float(np.mean(aus)) if aus else None,
                 au_min=float(min(mins)) if mins else None,
@@ -49,6 +54,14 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
         )
     scaling(points)
     return points
+
+
+def _mean(values: list) -> float:
+    return float(np.mean(values))
+
+
+def _in(steady: bool, windowed: float | None, whole: float) -> float:
+    return windowed if steady and windowed is not None else whole
 
 
 def scaling(points: list[CurvePoint]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feedbench.core.timeline import Timeline
+from feedbench.core.timeline import summarize
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult, StageStats, Verdict
 
 RESOURCE = {
@@ -15,20 +15,7 @@ RESOURCE = {
     "transfer": "pcie",
 }
 CPU_SATURATED = 0.85  # mean busy cores / cores
-
-
-def busy_cores(timeline: Timeline | None) -> float | None:
-    """Mean number of busy cores (Σ per-core % / 100) over a measurement, None without readings."""
-    if timeline is None or not timeline.samples:
-        return None
-    readings = [sum(s.cpu_percent) / 100.0 for s in timeline.samples if s.cpu_percent]
-    return sum(readings) / len(readings) if readings else None
-
-
-def disk_mb_per_s(timeline: Timeline | None) -> float | None:
-    if timeline is None or not timeline.samples:
-        return None
-    return sum(s.disk_read_bytes_per_s for s in timeline.samples) / len(timeline.samples) / 1e6
+WARM_FASTER = 1.25  # a warm pass this much faster than the cold one: the storage limited it
 
 
 def _rate(x: float) -> str:
@@ -36,7 +23,7 @@ def _rate(x: float) -> str:
 
 
 def _reference(result: ScanResult) -> Measurement | None:
-    ms = [m for m in result.measurements if not m.partial and m.samples > 0]
+    ms = [m for m in result.measurements if not m.partial and not m.failed and m.samples > 0]
     if not ms:
         return None
     first_pass = ms[0].pass_name
@@ -50,6 +37,7 @@ class _Case:
 
     top: Measurement
     point: CurvePoint | None  # the curve's point for ``top``'s consumers and pass
+    warm_ratio: float | None  # warm samples/s ÷ cold samples/s at ``top``'s consumers
     appetite: float | None  # the emulated accelerator's samples/s
     stages: list[StageStats]  # available, pageable copies left out
     busy: float | None  # mean busy cores
@@ -93,12 +81,14 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         model = f" ({acc['name']})" if acc.get("kind") == "profile" else ""
         feeding = f"; {_rate(rate)} samples/s feeds {feeds:.1f} {acc_name}{model}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
-    busy = busy_cores(top.monitor)
+    seen = summarize(top.monitor)
+    busy = seen.get("busy_cores_mean")
     cores = result.host.cpu_count
     n = top.consumers
     return _Case(
         top=top,
         point=point,
+        warm_ratio=_warm_ratio(result, top.consumers),
         appetite=appetite,
         stages=stages,
         busy=busy,
@@ -107,12 +97,23 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         feeding=feeding,
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
-        evidence=_evidence(top, stages, busy, cores),
+        evidence=_evidence(top, stages, busy, cores, seen.get("disk_read_mb_per_s_mean")),
     )
 
 
+def _warm_ratio(result: ScanResult, n: int) -> float | None:
+    rate = {p.pass_name: p.samples_per_s_mean for p in result.curve if p.consumers == n}
+    if rate.get("cold") and rate.get("warm"):
+        return rate["warm"] / rate["cold"]
+    return None
+
+
 def _evidence(
-    top: Measurement, stages: list[StageStats], busy: float | None, cores: int
+    top: Measurement,
+    stages: list[StageStats],
+    busy: float | None,
+    cores: int,
+    disk: float | None,
 ) -> list[str]:
     """The numbers behind a verdict: stage shares, CPU, the barrier's cost, disk, read latency."""
     evidence = [
@@ -126,7 +127,6 @@ def _evidence(
         evidence.append(
             f"step barrier's own cost: {max(idle) * 1e3:.2f} ms per step (counted in sync wait)"
         )
-    disk = disk_mb_per_s(top.monitor)
     if disk is not None:
         evidence.append(f"disk reads: {disk:,.1f} MB/s (device counters)")
     read = _read_stage(stages)
@@ -192,10 +192,35 @@ def _stage_verdict(case: _Case) -> Verdict:
     read = _read_stage(stages)
     if read is not None and bound != "read" and read.busy_s > 0:
         reasons.append(f"read alone would run {total_busy / read.busy_s:.1f}× faster")
-    if bound == "read" and read is not None and read.latency is not None:
-        reasons.append(f"read p99 {read.latency.p99_s * 1e3:.1f} ms")
+    if bound == "read":
+        resource, why = _read_resource(case)
+        if why:
+            reasons.insert(0, why)
+        if read is not None and read.latency is not None:
+            reasons.append(f"read p99 {read.latency.p99_s * 1e3:.1f} ms")
     text = f"{bound}-bound ({resource}): " + ", ".join(reasons or [case.where]) + case.feeding
     return Verdict(bound, resource, text, case.evidence, case.supported, case.feeds)
+
+
+def _read_resource(case: _Case) -> tuple[str, str | None]:
+    """Whether reading was limited by the storage or by the client's CPU: cores saturated while
+    reading point at the CPU, and so does a warm pass (page cache) no faster than the cold one;
+    a warm pass much faster points at the storage."""
+    busy, cores, warm = case.busy, case.cores, case.warm_ratio
+    if warm is not None and warm >= WARM_FASTER:
+        return "storage", f"the warm pass (page cache) ran {warm:.1f}× faster than the cold one"
+    if busy is None or busy < CPU_SATURATED * cores:
+        return "storage", None
+    saturated = f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})"
+    if warm is not None:
+        return "cpu", (
+            f"{saturated} and the warm pass (page cache) no faster than the cold one "
+            f"({warm:.2f}×): the client's CPU limits, not the storage"
+        )
+    return "cpu", (
+        f"{saturated} while reading: the client's CPU limits before the storage can be judged "
+        "(--passes cold,warm tells them apart)"
+    )
 
 
 def _loader_verdict(case: _Case, backend: str) -> Verdict:

@@ -40,3 +40,33 @@ def test_a_profile_with_another_batch_size_shows_the_step_of_that_batch(cli, dat
     assert r.code == 0, r.err
     # 4 samples at 4,700 samples/s: 851 µs per batch of 4, not the profile's batch of 256
     assert "851 µs per batch of 4" in " ".join(r.out.split())
+
+
+def test_verify_into_a_place_it_cannot_write_is_one_line(cli, dataset):
+    r = cli("verify", str(dataset), "--json", "/proc/self/no/v.json")
+    assert r.code == 2 and r.err.startswith("error: cannot write results to /proc/self/no/v.json")
+    assert len(r.err.strip().splitlines()) == 1 and "Traceback" not in r.err
+
+
+def test_outputs_get_the_mode_the_umask_gives(cli, dataset, tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "r.json"
+        r = cli("scan", str(dataset / "images"), "-b", "4", "--json", str(out))
+        assert r.code == 0, r.err
+    finally:
+        os.umask(old)
+    written = [out, *tmp_path.glob("r-*.png")]
+    assert len(written) >= 2
+    for path in written:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+
+
+def test_profiles_say_where_their_figure_comes_from_inside_the_project():
+    from feedbench.scan.profiles import PROFILES
+
+    for p in PROFILES.values():
+        assert "../" not in p.source and "BENCHMARKS.md" in p.source

@@ -154,3 +154,84 @@ def test_no_verdict_without_a_complete_measurement():
     r = result(STAGES, [consumer(0)])
     r.measurements[0].partial = True
     assert judge(r) is None
+
+
+READ_ONLY = [stage("read", 9.0, 1.0, latency=READ_P)]
+
+
+def _with_warm(r, ratio):
+    """``r`` with a warm pass at ``ratio`` × the cold rate, at the same consumers."""
+    cold = r.curve[0]
+    r.curve.append(
+        replace(cold, pass_name="warm", samples_per_s_mean=cold.samples_per_s_mean * ratio)
+    )
+    return r
+
+
+def test_a_read_scan_on_saturated_cores_is_cpu_bound_not_storage():
+    v = judge(result(READ_ONLY, [consumer(0)], monitor=timeline([95.0] * 4)))
+    assert (v.bound, v.resource) == ("read", "cpu")
+    assert v.text.startswith(
+        "read-bound (cpu): 3.8/4 cores busy (95%) while reading: the client's CPU limits before "
+        "the storage can be judged (--passes cold,warm tells them apart)"
+    )
+
+
+def test_a_warm_pass_no_faster_than_the_cold_one_on_saturated_cores_is_cpu():
+    r = _with_warm(result(STAGES[:1] + [stage("decode", 1.0, 0.1)], [consumer(0)],
+                          monitor=timeline([95.0] * 4)), 1.05)  # fmt: skip
+    v = judge(r)
+    assert (v.bound, v.resource) == ("read", "cpu")
+    assert "warm pass (page cache) no faster than the cold one (1.05×)" in v.text
+
+
+def test_a_warm_pass_much_faster_is_the_storage_even_on_busy_cores():
+    r = _with_warm(result(READ_ONLY, [consumer(0)], monitor=timeline([95.0] * 4)), 3.0)
+    v = judge(r)
+    assert (v.bound, v.resource) == ("read", "storage")
+    assert "the warm pass (page cache) ran 3.0× faster than the cold one" in v.text
+
+
+def test_a_failed_measurement_is_not_the_reference():
+    r = result(READ_ONLY, [consumer(0)])
+    r.measurements[0].failed = "stalled"
+    assert judge(r) is None
+
+
+# --- on real scans: cores kept busy by other processes ----------------------------------------
+
+
+def _burn(seconds: float) -> None:
+    __import__("os").nice(19)  # busy, but yielding to the scan's own processes
+    end = __import__("time").monotonic() + seconds
+    while __import__("time").monotonic() < end:
+        pass
+
+
+@pytest.fixture
+def busy_cores():
+    """Every core kept busy by a spinning process while the test runs."""
+    import multiprocessing
+    import os
+
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_burn, args=(120,), daemon=True) for _ in range(os.cpu_count())]
+    for p in procs:
+        p.start()
+    yield
+    for p in procs:
+        p.kill()
+        p.join()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stages", [("read",), ("read", "decode", "augment")])
+def test_real_scans_on_saturated_cores_get_a_cpu_verdict(dataset, busy_cores, stages):
+    from feedbench.scan.config import ScanConfig
+    from feedbench.scan.run import scan
+
+    config = ScanConfig(str(dataset / "images"), stages=stages, batch_size=4,
+                        passes=("cold", "warm"), read_latency_s=0.02)  # fmt: skip
+    v = scan(config).verdict
+    assert v.resource == "cpu", v.text
+    assert "cores busy" in v.text
