@@ -16,7 +16,6 @@ import os
 import platform
 import socket
 import sys
-import tempfile
 import types
 import typing
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.files import write_atomic
 from feedbench.core.system import SystemUnderTest
 
 SCHEMA_VERSION = 2
@@ -144,32 +144,6 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs = {k: _build(hints[k], v) for k, v in data.items() if k in names}
     return cls(**kwargs)
-
-
-def _file_mode() -> int:
-    """The mode a new file gets from this process's umask (a temp file is made 0600)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o666 & ~mask
-
-
-def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same folder and a rename; the file gets
-    the mode the umask gives a new file."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
-            f.write(data)
-            f.flush()
-            os.fchmod(f.fileno(), _file_mode())
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save(result: Any, path: str | os.PathLike[str]) -> None:

@@ -13,6 +13,7 @@ import os
 import re
 from typing import Any
 
+from feedbench.core.files import write_atomic
 from loaders.data.remote import redact_url
 
 MASK = "***"
@@ -64,6 +65,4 @@ def scrub_file(path: str) -> None:
         return
     clean = scrub_text(text)
     if clean != text:
-        from feedbench.core.envelope import write_atomic
-
         write_atomic(path, clean)

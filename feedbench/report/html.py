@@ -14,8 +14,8 @@ from typing import Any
 
 from rich.console import Console
 
-from feedbench.core.envelope import write_atomic
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.files import write_atomic
 from feedbench.report.kinds import plots, render
 
 

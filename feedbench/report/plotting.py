@@ -16,7 +16,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from feedbench.core.envelope import write_atomic
+from feedbench.core.files import write_atomic
 
 _DPI = 110
 

@@ -11,7 +11,14 @@ from rich.table import Table
 
 from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate
 from feedbench.verify.analysis import loaders_in
-from feedbench.verify.results import VerifyResult, VerifyRun, fmt_wait, unit_plural
+from feedbench.verify.results import (
+    PART_COLUMNS,
+    PARTS,
+    VerifyResult,
+    VerifyRun,
+    fmt_wait,
+    unit_plural,
+)
 
 _TABLE_STYLE: dict[str, Any] = dict(
     box=box.SIMPLE, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True
@@ -117,16 +124,15 @@ def _step_table(runs: list[VerifyRun]) -> Table:
     table = Table(
         title="step time, ms (mean per step over ranks)", title_justify="left", **_TABLE_STYLE
     )
-    for col in ("loader", "N", "step", "data", "fwd+bwd", "reduce", "busy", "optim", "other",
-                "p95"):  # fmt: skip
+    for col in ("loader", "N", "step", *PART_COLUMNS.values(), "busy", "p95"):
         _column(table, col)
     for r in runs:
         b = r.breakdown
         if b is None:
-            table.add_row(_name(r), str(r.gpus), *(["—"] * 8))
+            table.add_row(_name(r), str(r.gpus), *(["—"] * (len(PARTS) + 3)))
             continue
-        ms = [b.step_s, b.data_wait_s, b.forward_backward_s, b.allreduce_s, b.allreduce_busy_s,
-              b.optimizer_s, b.other_s, b.step.p95_s if b.step else None]  # fmt: skip
+        ms = [b.step_s, *(getattr(b, p) for p in PARTS), b.allreduce_busy_s,
+              b.step.p95_s if b.step else None]  # fmt: skip
         table.add_row(_name(r), str(r.gpus), *(fmt_ms(x) for x in ms))
     return table
 

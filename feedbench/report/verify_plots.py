@@ -29,13 +29,9 @@ _COLORS = {
     "wds": "tab:purple",
 }
 
-_PART_COLORS = {
-    "data_wait_s": "tab:red",
-    "forward_backward_s": "tab:blue",
-    "allreduce_s": "tab:orange",
-    "optimizer_s": "tab:green",
-    "other_s": "tab:gray",
-}
+# one colour per step part, in the order of PARTS
+_PART_COLORS = dict(zip(PARTS, ("tab:red", "tab:blue", "tab:orange", "tab:green", "tab:gray"),
+                        strict=True))  # fmt: skip
 
 
 def _title(result: VerifyResult, what: str) -> str:

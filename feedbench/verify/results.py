@@ -34,6 +34,8 @@ STEP_IDS = ("step", "epoch", "images")  # which step, in which epoch, with how m
 
 _LABELS = ("data wait", "forward + backward", "all-reduce (exposed)", "optimizer", "other")
 PART_LABELS = dict(zip(PARTS, _LABELS, strict=True))  # in the order of PARTS
+_SHORT = ("data", "fwd+bwd", "reduce", "optim", "other")
+PART_COLUMNS = dict(zip(PARTS, _SHORT, strict=True))  # table headings, in the order of PARTS
 
 SYNTHETIC = "synthetic"
 

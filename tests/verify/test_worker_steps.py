@@ -291,7 +291,7 @@ def test_schema_holds_every_part():
 def test_a_part_added_to_parts_but_not_to_the_schema_fails_at_import(monkeypatch):
     source = inspect.getsource(verify_results)
     patched = source
-    for name, added in (("PARTS", "io_s"), ("_LABELS", "i/o")):  # a new part, with its label
+    for name, added in (("PARTS", "io_s"), ("_LABELS", "i/o"), ("_SHORT", "io")):  # and labels
         patched, n = re.subn(rf"^{name} = \((.*)\)$", rf'{name} = (\1, "{added}")', patched,
                              flags=re.M)  # fmt: skip
         assert n == 1, name

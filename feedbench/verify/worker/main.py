@@ -32,8 +32,9 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from feedbench.core.choices import option_value
-from feedbench.core.envelope import to_dict, write_atomic
+from feedbench.core.envelope import to_dict
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.files import write_atomic
 from feedbench.core.supervise import Terminated, exit_on_sigterm, leave_without_finalizing
 from feedbench.verify.config import COMPILE_MODES, CPU_AFFINITIES, STREAM_PRIORITIES
 from feedbench.verify.loaders import LIBRARY, VerifyLoader, make_loader
