@@ -11,27 +11,6 @@ from feedbench.report.compare import Column, comparability, compare, ranking
 from feedbench.scan.results import CurvePoint
 
 
-@pytest.fixture(scope="module")
-def scans(tmp_path_factory, dataset):
-    """Two real scans of the same images: local reads, and reads with 20 ms added per file."""
-    import subprocess
-    import sys
-
-    out = tmp_path_factory.mktemp("cmp")
-    common = ["--consumers", "1,2", "--repeat", "2", "--stages", "read,decode", "--batch-size",
-              "4", "--no-plots"]  # fmt: skip
-    paths = {}
-    # One after the other: run side by side, the local scan's decoding saturates the cores the
-    # slow scan's verdict reads, and it is rightly called CPU-bound.
-    for name, extra in (("local", []), ("slow", ["--read-latency", "0.02"])):
-        paths[name] = out / f"{name}.json"
-        cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), *common,
-               *extra, "--json", str(paths[name])]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-    return paths
-
-
 def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_bound(
     cli, scans, tmp_path
 ):

@@ -4,34 +4,8 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
-
-
-@pytest.fixture(scope="module")
-def scan_json(tmp_path_factory, dataset):
-    out = tmp_path_factory.mktemp("rep") / "scan.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "feedbench.cli",
-        "scan",
-        str(dataset / "images"),
-        "--consumers",
-        "1,2",
-        "--stages",
-        "read,decode",
-        "--batch-size",
-        "4",
-        "--no-plots",
-        "--json",
-        str(out),
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out
 
 
 def _flat(text: str) -> str:

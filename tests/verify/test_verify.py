@@ -310,46 +310,45 @@ def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
     assert "Traceback" not in r.err
 
 
-def test_ddp_options_reach_ddp_in_every_rank(cli, data, tmp_path):
-    """--ddp-option travels verify → torchrun → each rank → DistributedDataParallel, and each
-    rank records the settings it read back from DDP itself (defaults where not asked)."""
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split")
+def test_run_options_reach_every_rank(cli, data, tmp_path):
+    """One 2-rank job with every run option (one job: each costs seconds of process start):
+    --ddp-option reaches DistributedDataParallel, and each rank records the settings it read
+    back from DDP itself (defaults where not asked); --cpu-affinity split pins each rank to its
+    own share; --compile trains the torch.compile'd DDP model (compiled in the warm-up steps)
+    with the step timing and the all-reduce hook still working."""
+    from feedbench.verify.worker.main import cpu_list, share_of_cpus
+
+    compiles = bool(shutil.which("g++") or shutil.which("c++"))  # inductor on CPU needs one
     out = tmp_path / "v.json"
     r = cli(
         "verify", str(data), "--consumers", "2", "-l", "torch", "--no-synthetic",
         "--ddp-option", "broadcast_buffers=false", "--ddp-option", "bucket_cap_mb=8",
-        *FAST, "--json", str(out),
+        "--cpu-affinity", "split", *(["--compile", "default"] if compiles else []),
+        "--device", "cpu", "--steps", "4", "--warmup", "3", "-b", "4", "--workers", "1",
+        "--no-plots", "--json", str(out),
     )  # fmt: skip
     assert r.code == 0, r.out + r.err
+    text = " ".join(r.out.split())
     res = verify_results.load(out)
     assert res.config["ddp_options"] == {"broadcast_buffers": False, "bucket_cap_mb": 8}
     (run,) = res.runs
     assert [s.ddp for s in run.ranks] == [
         "broadcast_buffers=False gradient_as_bucket_view=False static_graph=False bucket_cap_mb=8"
     ] * 2
-    assert "DDP broadcast_buffers=False, bucket_cap_mb=8" in " ".join(r.out.split())
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(
-    not (shutil.which("g++") or shutil.which("c++")),
-    reason="torch.compile (inductor) on the CPU needs a C++ compiler",
-)
-def test_compiled_model_trains_in_every_rank(cli, data, tmp_path):
-    """--compile travels to each rank, which trains the torch.compile'd DDP model (compiled in
-    the warm-up steps) with the step timing and the all-reduce hook still working."""
-    out = tmp_path / "v.json"
-    r = cli(
-        "verify", str(data), "--consumers", "2", "-l", "synthetic", "--compile", "default",
-        "--device", "cpu", "--steps", "4", "--warmup", "3", "-b", "4", "--json", str(out),
-        "--no-plots",
-    )  # fmt: skip
-    assert r.code == 0, r.out + r.err
-    res = verify_results.load(out)
-    assert res.config["compile"] == "default"
-    (run,) = res.runs
-    assert run.status == "ok" and [s.compiled for s in run.ranks] == ["default", "default"]
-    assert all(len(s.step_s) == 4 and all(b >= 1 for b in s.buckets) for s in run.ranks)
-    assert "model compiled (torch.compile, default)" in " ".join(r.out.split())
+    assert "DDP broadcast_buffers=False, bucket_cap_mb=8" in text
+    mine = os.sched_getaffinity(0)
+    assert run.cpus == [cpu_list(share_of_cpus(mine, i, 2)) for i in range(2)]
+    assert run.cpus[0] != run.cpus[1]
+    assert "each rank pinned to its own share of the cores" in text
+    assert run.status == "ok" and all(
+        len(s.step_s) == 4 and all(b >= 1 for b in s.buckets) for s in run.ranks
+    )
+    if compiles:
+        assert res.config["compile"] == "default"
+        assert [s.compiled for s in run.ranks] == ["default", "default"]
+        assert "model compiled (torch.compile, default)" in text
 
 
 # --- real training on the CPU: 1 and 2 processes, gloo --------------------------------------------
@@ -430,23 +429,6 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
         assert (out.parent / png).stat().st_size > 10_000
     assert (out.parent / "v-logs" / "baseline-2.log").exists()
     assert not _no_leftovers(str(data))
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to split")
-def test_cpu_affinity_split_gives_each_rank_its_own_cores(cli, data, tmp_path):
-    from feedbench.verify.worker.main import cpu_list, share_of_cpus
-
-    out = tmp_path / "v.json"
-    r = cli(
-        "verify", str(data), "--consumers", "2", "-l", "baseline", "--no-synthetic",
-        "--cpu-affinity", "split", *FAST, "--json", str(out),
-    )  # fmt: skip
-    assert r.code == 0, r.out + r.err
-    (run,) = verify_results.load(out).runs
-    mine = os.sched_getaffinity(0)
-    assert run.cpus == [cpu_list(share_of_cpus(mine, i, 2)) for i in range(2)]
-    assert run.cpus[0] != run.cpus[1]
-    assert "each rank pinned to its own share of the cores" in " ".join(r.out.split())
 
 
 def test_cpu_shares_and_lists():

@@ -1,0 +1,32 @@
+"""Real scan results that the report tests read (made once for the package: each scan is a
+few seconds of subprocesses)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def scans(tmp_path_factory, dataset):
+    """Two real scans of the same images: local reads, and reads with 20 ms added per file."""
+    out = tmp_path_factory.mktemp("cmp")
+    common = ["--consumers", "1,2", "--repeat", "2", "--stages", "read,decode", "--batch-size",
+              "4", "--no-plots"]  # fmt: skip
+    paths = {}
+    # One after the other: run side by side, the local scan's decoding saturates the cores the
+    # slow scan's verdict reads, and it is rightly called CPU-bound.
+    for name, extra in (("local", []), ("slow", ["--read-latency", "0.02"])):
+        paths[name] = out / f"{name}.json"
+        cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), *common,
+               *extra, "--json", str(paths[name])]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return paths
+
+
+@pytest.fixture(scope="package")
+def scan_json(scans):
+    return scans["local"]
