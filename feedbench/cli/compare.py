@@ -17,6 +17,10 @@ Labels = Annotated[
     list[str] | None,
     typer.Option("--label", "-L", help="A name per file, in order (default: the file names)."),
 ]
+Costs = Annotated[
+    list[str] | None,
+    typer.Option("--cost", help="LABEL=USD: a system's price, for the cost per accelerator fed."),
+]
 PlotAlias = Annotated[Path | None, typer.Option("--plot", hidden=True)]
 
 
@@ -25,6 +29,7 @@ def compare(
     results: Results,
     label: Labels = None,
     passes: Annotated[str, typer.Option(help="The pass to compare: cold or warm.")] = "cold",
+    cost: Costs = None,
     json_out: o.Json = None,
     plots: o.Plots = True,
     pass_alias: o.PassAlias = None,
@@ -39,7 +44,8 @@ def compare(
     from feedbench.report.compare_plots import compare_plot
 
     which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
-    cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which))
+    prices = _prices(cost or [])
+    cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which, prices))
     render_compare(cmp, out)
     target = results_path(json_out, "compare")
     cmp_mod.save(cmp, target)
@@ -49,3 +55,16 @@ def compare(
         written = compare_plot(cmp, png)
         if written:
             out.print(f"plots: {written}")
+
+
+def _prices(given: list[str]) -> dict[str, float]:
+    from feedbench.core.errors import FeedbenchError
+
+    prices = {}
+    for item in given:
+        label, _, usd = item.partition("=")
+        try:
+            prices[label.strip()] = float(usd.replace(",", "").lstrip("$"))
+        except ValueError:
+            raise FeedbenchError(f"--cost {item!r}: write LABEL=USD, e.g. nfs=120000") from None
+    return prices

@@ -20,7 +20,7 @@ from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan import results as scan_results
-from feedbench.scan.results import CurvePoint, ScanResult
+from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
 from feedbench.scan.sweep import curve_points
 
 SAME_DATA_TOLERANCE = 0.01  # datasets whose bytes differ by more than this are "other data"
@@ -55,9 +55,30 @@ class Column:
     supported_consumers: int | None = None
     feeds_accelerators: float | None = None
     failed: list[str] = field(default_factory=list)  # measurements that failed: no points
+    system: SystemRow | None = None  # the one-row summary a procurement table shows
 
     def best(self) -> CurvePoint | None:
         return max(self.points.values(), key=lambda p: p.samples_per_s_mean, default=None)
+
+
+@dataclass
+class SystemRow:
+    """One system in one row: what it feeds and delivers at its reference point (the count
+    that fed the most accelerators, else its fastest), whether it may size, what it costs."""
+
+    consumers: int | None
+    accelerators_fed: float | None
+    accelerators_fed_std: float | None
+    target_au: float | None
+    samples_per_s: float | None
+    mb_per_s: float | None
+    files_per_s: float | None
+    read_p99_ms: float | None
+    clients: int
+    valid_for_sizing: bool | None  # None: a file from before the sizing rules
+    not_valid_because: list[str] = field(default_factory=list)
+    cost_usd: float | None = None
+    usd_per_accelerator_fed: float | None = None
 
 
 @dataclass
@@ -80,6 +101,7 @@ class Comparison(Envelope):
     common_counts: list[int]  # measured by every file
     rankings: list[Ranking] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
+    winner: str | None = None  # one sentence: who feeds the most (or costs least), by how much
 
 
 def _labels(paths: list[str], given: list[str] | None) -> list[str]:
@@ -144,7 +166,53 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
             for m in result.measurements
             if m.failed and m.pass_name == pass_name
         ],
+        system=system_row(result, pass_name),
     )
+
+
+def system_row(result: ScanResult, pass_name: str) -> SystemRow:
+    z = result.sizing
+    points = _points(result, pass_name)
+    at = z.at_consumers if z and z.at_consumers in points else None
+    if at is None and points:
+        at = max(points.values(), key=lambda p: p.samples_per_s_mean).consumers
+    p = points.get(at) if at is not None else None
+    tr = result.config.get("torchrun") or {}
+    clients = max(1, tr.get("world_size", 1) // max(1, tr.get("local_world_size", 1)))
+    return SystemRow(
+        consumers=at,
+        accelerators_fed=z.accelerators_fed if z else None,
+        accelerators_fed_std=z.accelerators_fed_std if z else None,
+        target_au=z.target_au if z else None,
+        samples_per_s=p.samples_per_s_mean if p else None,
+        mb_per_s=p.mb_per_s_mean if p else None,
+        files_per_s=p.files_per_s_mean if p else None,
+        read_p99_ms=_read_p99_ms(result, pass_name, at),
+        clients=clients,
+        valid_for_sizing=z.valid if z else None,
+        not_valid_because=list(z.broken) if z else [],
+    )
+
+
+def _read_p99_ms(result: ScanResult, pass_name: str, n: int | None) -> float | None:
+    """The read stage's p99 latency at ``n`` consumers, the mean over repeats."""
+    p99s = [
+        s.latency.p99_s * 1e3
+        for m in result.measurements
+        if m.consumers == n and m.pass_name == pass_name and not m.failed
+        for s in m.stages
+        if s.name == "read" and s.latency is not None
+    ]
+    return sum(p99s) / len(p99s) if p99s else None
+
+
+def fed_text(value: float | None, std: float | None = None) -> str:
+    """Accelerators fed, as a reader wants it: 0.06, 3.4 ± 0.2 (no spread shown under 0.05)."""
+    if value is None:
+        return "— (no step)"
+    digits = 2 if value < 1 else 1
+    spread = f" ± {std:.{digits}f}" if std and std >= 0.05 else ""
+    return f"{value:.{digits}f}{spread}"
 
 
 def _differ(columns: list[Column], what: str, get) -> str | None:
@@ -182,6 +250,8 @@ def comparability(columns: list[Column]) -> list[str]:
     for c in columns:
         for f in c.failed:
             out.append(f"{c.label}: a measurement failed ({f}); it is no point, not compared")
+        if c.system and c.system.valid_for_sizing is False:
+            out.append(f"{c.label}: {NOT_VALID}: " + "; ".join(c.system.not_valid_because))
         if c.partial:
             out.append(f"{c.label} holds partial results (the scan was interrupted or failed)")
         if not c.points:
@@ -245,28 +315,29 @@ def summarize(columns: list[Column], common: list[int]) -> list[str]:
             f"({best.mb_per_s_mean:,.0f} MB/s) at {best.consumers} consumer"
             f"{'s' if best.consumers != 1 else ''}"
         ]
-        if c.supported_consumers is not None:
+        fed = c.system.accelerators_fed if c.system else None
+        if fed is not None:
+            parts.append(f"feeds {fed_text(fed)} × {c.accelerator} at the target AU")
+        elif c.supported_consumers is not None:
             parts.append(f"feeds {c.supported_consumers} of {c.accelerator} at the target AU")
         elif c.feeds_accelerators is not None and c.accelerator:
             parts.append(f"≈ {c.feeds_accelerators:.1f}× the appetite of one {c.accelerator}")
         if c.bound:
             parts.append(f"{c.bound}-bound ({c.resource})")
         lines.append("; ".join(parts))
-    fed = [c for c in columns if c.supported_consumers is not None]
-    if len(fed) >= 2 and len({c.accelerator for c in fed}) == 1:
-        top = max(fed, key=lambda c: c.supported_consumers or 0)
-        lines.append(
-            f"most accelerators fed: {top.label} ({top.supported_consumers} × {top.accelerator})"
-        )
     if not common and len(columns) > 1:
         lines.append("no consumer count was measured by every file: no ranking")
     return lines
 
 
 def compare(
-    paths: list[str], labels: list[str] | None = None, pass_name: str = "cold"
+    paths: list[str],
+    labels: list[str] | None = None,
+    pass_name: str = "cold",
+    costs: dict[str, float] | None = None,
 ) -> Comparison:
-    """Load ``paths`` (scan results) and compare their ``pass_name`` curves."""
+    """Load ``paths`` (scan results) and compare their ``pass_name`` curves; ``costs``: a price
+    (USD) per label, for the cost per accelerator fed."""
     if len(paths) < 2:
         raise FeedbenchError("compare takes at least two scan results files")
     names = _labels(paths, labels)
@@ -282,6 +353,7 @@ def compare(
             f"(they hold: {', '.join(sorted(passes)) or 'none'})"
         )
     columns = [column(r, p, n, pass_name) for r, p, n in zip(results, paths, names, strict=True)]
+    _price(columns, costs or {})
     counts = sorted({n for c in columns for n in c.points})
     common = [n for n in counts if all(n in c.points for c in columns)]
     ranks = [r for n in common if (r := ranking(columns, n)) is not None]
@@ -293,7 +365,67 @@ def compare(
         common_counts=common,
         rankings=ranks,
         summary=summarize(columns, common),
+        winner=winner(columns),
         warnings=comparability(columns),
+    )
+
+
+def _price(columns: list[Column], costs: dict[str, float]) -> None:
+    known = {c.label for c in columns}
+    for label, usd in costs.items():
+        if label not in known:
+            raise FeedbenchError(
+                f"--cost names {label!r}, which is no label here ({', '.join(sorted(known))})"
+            )
+        if not usd > 0:
+            raise FeedbenchError(f"--cost {label}={usd:g}: a price must be above 0")
+    for c in columns:
+        row = c.system
+        if row is None or c.label not in costs:
+            continue
+        row.cost_usd = costs[c.label]
+        if row.accelerators_fed:
+            row.usd_per_accelerator_fed = row.cost_usd / row.accelerators_fed
+
+
+def _beyond(a: float, sa: float | None, b: float, sb: float | None) -> str:
+    if sa is None or sb is None:
+        return "one repeat: not tested against the spread"
+    return (
+        "beyond the spread"
+        if abs(a - b) > NOISE_SIGMAS * math.hypot(sa, sb)
+        else ("within the spread")
+    )
+
+
+def winner(columns: list[Column]) -> str | None:
+    """One sentence: the system that feeds the most accelerators (with prices for all: the one
+    that costs least per accelerator fed), by how much, and whether that is beyond the spread."""
+    rows = [(c, c.system) for c in columns if c.system and c.system.accelerators_fed is not None]
+    if len(rows) < 2 or len({c.accelerator for c, _ in rows}) != 1:
+        return None
+    acc = rows[0][0].accelerator
+    if all(r.usd_per_accelerator_fed for _, r in rows):
+        rows.sort(key=lambda cr: cr[1].usd_per_accelerator_fed)
+        (a, ra), (b, rb) = rows[0], rows[1]
+        ua, ub = ra.usd_per_accelerator_fed, rb.usd_per_accelerator_fed
+
+        def sd(r: SystemRow, u: float) -> float | None:
+            s = r.accelerators_fed_std
+            return None if s is None else u * s / r.accelerators_fed
+
+        return (
+            f"{a.label} costs least per {acc} fed: ${ua:,.0f} against ${ub:,.0f} for {b.label} "
+            f"({ub / ua:.2f}× more; {_beyond(ua, sd(ra, ua), ub, sd(rb, ub))})"
+        )
+    rows.sort(key=lambda cr: cr[1].accelerators_fed, reverse=True)
+    (a, ra), (b, rb) = rows[0], rows[1]
+    fa, fb = ra.accelerators_fed, rb.accelerators_fed
+    ratio = f"{fa / fb:.2f}×" if fb > 0 else "where it feeds none"
+    return (
+        f"{a.label} feeds the most: {fa:.1f} × {acc} at AU ≥ {ra.target_au:.0%} against "
+        f"{fb:.1f} for {b.label} ({ratio}; "
+        f"{_beyond(fa, ra.accelerators_fed_std, fb, rb.accelerators_fed_std)})"
     )
 
 

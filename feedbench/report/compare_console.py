@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.compare import Column, Comparison
+from feedbench.report.compare import Column, Comparison, SystemRow, fed_text
 from feedbench.report.fmt import fmt_bytes, fmt_rate
 from feedbench.scan.results import CurvePoint
 
@@ -17,8 +18,48 @@ def render_compare(cmp: Comparison, console: Console) -> None:
         "(samples/s after warm-up, mean ± std over repeats)"
     )
     console.print(_setup_table(cmp.columns))
+    console.print(_systems_table(cmp.columns))
     console.print(_throughput_table(cmp))
     _print_sentences(cmp, console)
+
+
+def _systems_table(cols: list[Column]) -> Table:
+    """One row per system: what a procurement table needs, at each system's reference point
+    (the consumer count that fed the most accelerators, else the fastest)."""
+    rows = [(c, c.system) for c in cols if c.system is not None]
+    priced = any(r.cost_usd for _, r in rows)
+    several = any(r.clients > 1 for _, r in rows)
+    heads = ["system", "fed", "N", "MB/s", "files/s", "read p99"]
+    heads += ["clients"] * several + ["$/fed"] * priced + ["sizing"]
+    table = Table(title="systems", title_justify="left")
+    for name in heads:
+        table.add_column(
+            name, justify="left" if name in ("system", "sizing") else "right", no_wrap=True
+        )
+    for c, r in rows:
+        cells = [
+            c.label,
+            fed_text(r.accelerators_fed, r.accelerators_fed_std),
+            str(r.consumers or "—"),
+            f"{r.mb_per_s:,.0f}" if r.mb_per_s is not None else "—",
+            f"{r.files_per_s:,.0f}" if r.files_per_s is not None else "—",
+            f"{r.read_p99_ms:.1f} ms" if r.read_p99_ms is not None else "—",
+        ]
+        cells += [str(r.clients)] * several
+        if priced:
+            cells += [_usd(r.usd_per_accelerator_fed)]
+        table.add_row(*cells, _valid(r))
+    return table
+
+
+def _usd(v: float | None) -> str:
+    return f"${v:,.0f}" if v else "—"
+
+
+def _valid(r: SystemRow) -> str:
+    if r.valid_for_sizing is None:
+        return "[dim]not assessed[/]"
+    return "[green]valid[/]" if r.valid_for_sizing else "[red]not valid[/]"
 
 
 def _setup_table(cols: list[Column]) -> Table:
@@ -90,9 +131,10 @@ def _rate_cell(p: CurvePoint | None, top: float | None) -> str:
 
 
 def _feeds_cell(c: Column) -> str:
-    """Accelerators fed at the target AU, else the appetite ratio, else a dash."""
-    if c.supported_consumers is not None:
-        return f"{c.supported_consumers} × {c.accelerator}"
+    """Accelerators fed at the target AU (a fraction), else the appetite ratio, else a dash."""
+    r = c.system
+    if r is not None and r.accelerators_fed is not None:
+        return f"{fed_text(r.accelerators_fed, r.accelerators_fed_std)} × {c.accelerator}"
     if c.feeds_accelerators and c.accelerator:
         return f"≈ {c.feeds_accelerators:.1f} × {c.accelerator}"
     return "—"
@@ -100,6 +142,8 @@ def _feeds_cell(c: Column) -> str:
 
 def _print_sentences(cmp: Comparison, console: Console) -> None:
     """The rankings, the summary, each scan's verdict, and the warnings."""
+    if cmp.winner:
+        console.print(f"[bold]{escape(cmp.winner)}[/]")
     for r in cmp.rankings:
         console.print(r.text, markup=False)
     for line in cmp.summary:

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
-from feedbench.scan.results import Measurement, ScanResult
+from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 
 
 def render_scan(result: ScanResult, console: Console) -> None:
@@ -42,13 +42,7 @@ def render_scan(result: ScanResult, console: Console) -> None:
     v = result.verdict
     if v is not None:
         console.print(f"[bold]verdict:[/] {v.text}")
-        if v.supported_consumers is not None and acc:
-            console.print(
-                f"[bold]feeds {v.supported_consumers} accelerator"
-                f"{'s' if v.supported_consumers != 1 else ''} of this profile[/] at AU ≥ "
-                f"{cfg['target_au']:.0%}"
-                + (" (the search limit)" if fm and v.supported_consumers == fm["limit"] else "")
-            )
+    _sizing_line(result, console)
     for e in result.errors[:5]:
         console.print(f"  [yellow]skipped[/] {e.key} ({e.stage}): {e.message}")
     for w in result.warnings:
@@ -197,3 +191,24 @@ def _consumer_table(m: Measurement, console: Console) -> None:
             fmt_pct(c.au),
         )
     console.print(table)
+
+
+def _sizing_line(result: ScanResult, console: Console) -> None:
+    """Accelerators fed (a fraction) and whether the run may size a system; a run that breaks
+    a sizing rule says so in red, with each rule."""
+    z = result.sizing
+    if z is None:
+        return
+    if z.accelerators_fed is not None and result.accelerator:
+        spread = f" ± {z.accelerators_fed_std:.2f}" if z.accelerators_fed_std else ""
+        name = result.accelerator.get("name") or "accelerator"
+        console.print(
+            f"[bold]accelerators fed: {z.accelerators_fed:.2f}{spread} × {name}[/] at AU ≥ "
+            f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
+            f"{'s' if z.at_consumers != 1 else ''})"
+        )
+    if z.valid:
+        ram = z.rules.get("dataset_vs_ram")
+        console.print(f"[green]valid for sizing[/] (data ≥ {ram:g}× RAM, cold, repeats agree)")
+    else:
+        console.print(f"[bold red]{NOT_VALID}[/]: " + escape("; ".join(z.broken)))

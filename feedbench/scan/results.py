@@ -138,6 +138,25 @@ class Verdict:
     feeds_accelerators: float | None = None  # throughput / accelerator appetite
 
 
+NOT_VALID = "not valid for sizing"
+
+
+@dataclass
+class Sizing:
+    """Whether a scan may size a system, and what it feeds (:mod:`feedbench.scan.sizing`)."""
+
+    valid: bool
+    broken: list[str] = field(default_factory=list)  # each rule the run breaks, in words
+    accelerators_fed: float | None = None  # fractional, at the target AU (None: no step)
+    accelerators_fed_std: float | None = None  # from the repeats' spread at that point
+    at_consumers: int | None = None  # the consumer count that gave it
+    target_au: float | None = None
+    rules: dict[str, float] = field(default_factory=dict)
+
+    def label(self) -> str:
+        return "valid for sizing" if self.valid else f"{NOT_VALID}: " + "; ".join(self.broken)
+
+
 @dataclass(kw_only=True)
 class ScanResult(Envelope):
     dataset: DatasetInfo
@@ -147,6 +166,7 @@ class ScanResult(Envelope):
     verdict: Verdict | None = None
     errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
     failure: str | None = None  # why the scan stopped early (a consumer died, storage stalled)
+    sizing: Sizing | None = None  # the sizing rules and accelerators fed (older files: none)
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:

@@ -33,8 +33,10 @@ from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
 from feedbench.scan.results import Measurement, ScanResult
+from feedbench.scan.sizing import assess
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
+from feedbench.scan.verdict import judge
 from loaders import default_workers
 
 
@@ -387,8 +389,6 @@ def _judge_failed(m: Measurement) -> None:
 
 
 def _finish(result: ScanResult, config: ScanConfig) -> None:
-    from feedbench.scan.verdict import judge
-
     ds = result.dataset
     if ds.samples is None and result.measurements:
         first = result.measurements[0]
@@ -405,6 +405,7 @@ def _finish(result: ScanResult, config: ScanConfig) -> None:
             "rough; use a larger dataset or a smaller --batch-size"
         )
     result.verdict = judge(result, target_au=config.target_au)
+    result.sizing = assess(result, config.target_au)
 
 
 def outcome(result: ScanResult) -> FeedbenchError | None:

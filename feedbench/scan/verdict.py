@@ -79,7 +79,8 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
     if acc and feeds is not None:
         acc_name = acc.get("accelerator") or acc.get("name")
         model = f" ({acc['name']})" if acc.get("kind") == "profile" else ""
-        feeding = f"; {_rate(rate)} samples/s feeds {feeds:.1f} {acc_name}{model}"
+        share = f"{feeds:.2f}" if feeds < 1 else f"{feeds:.1f}"
+        feeding = f"; {_rate(rate)} samples/s feeds {share} {acc_name}{model}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor)
     busy = seen.get("busy_cores_mean")

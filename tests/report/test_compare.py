@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from feedbench.report.compare import Column, comparability, compare, ranking
+from feedbench.report.compare import Column, SystemRow, comparability, compare, ranking, winner
 from feedbench.scan.results import CurvePoint
 
 
@@ -26,6 +26,9 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
         assert (m.group(1), m.group(2)) == ("nvme", "nfs")
     assert "nfs: read-bound (storage)" in text
     assert "warning: batch sizes differ" not in text  # same settings: nothing to warn about
+    # 24 images, 2 repeats: a measurement, but no basis for sizing, and every output says so
+    assert "nfs: not valid for sizing: dataset" in text and "2 repeats per point" in text
+    assert json.loads(scans["slow"].read_text())["sizing"]["valid"] is False
     doc = json.loads(target.read_text())
     assert doc["kind"] == "compare" and doc["pass_name"] == "cold"
     assert [c["label"] for c in doc["columns"]] == ["nfs", "nvme"]
@@ -34,6 +37,8 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
     for n in ("1", "2"):  # the numbers are the files' own curve points
         assert nvme["points"][n]["samples_per_s_mean"] > nfs["points"][n]["samples_per_s_mean"]
     assert nfs["bound"] == "read" and nfs["resource"] == "storage"
+    assert nfs["system"]["valid_for_sizing"] is False and nfs["system"]["accelerators_fed"] is None
+    assert nfs["system"]["read_p99_ms"] > 20  # 20 ms added to every read
     png = target.parent / "cmp-scaling.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -119,3 +124,38 @@ def test_bad_input_is_one_line_and_exit_2(cli, scans, tmp_path, case, message):
     assert r.code == 2, r.out + r.err
     assert re.search(r"^error: ", r.err) and re.search(message, " ".join(r.err.split())), r.err
     assert "Traceback" not in r.err
+
+
+def _system(fed: float, std: float | None, usd: float | None = None) -> SystemRow:
+    return SystemRow(consumers=4, accelerators_fed=fed, accelerators_fed_std=std, target_au=0.9,
+                     samples_per_s=None, mb_per_s=None, files_per_s=None, read_p99_ms=None,
+                     clients=1, valid_for_sizing=True, cost_usd=usd,
+                     usd_per_accelerator_fed=usd / fed if usd else None)  # fmt: skip
+
+
+def test_the_winner_feeds_the_most_or_costs_least_per_accelerator_fed():
+    def col(label, row):
+        return _col(label, {4: (100.0, 1.0, 3)}, accelerator="h200", system=row)
+
+    a, b = col("a", _system(3.4, 0.1)), col("b", _system(1.7, 0.1))
+    assert winner([b, a]) == (
+        "a feeds the most: 3.4 × h200 at AU ≥ 90% against 1.7 for b (2.00×; beyond the spread)"
+    )
+    close = col("c", _system(3.3, 0.2))
+    assert "within the spread" in winner([a, close])
+    assert "not tested" in winner([a, col("d", _system(1.0, None))])
+    # priced: the cheaper per accelerator fed wins, though it feeds fewer
+    cheap, dear = col("cheap", _system(1.7, 0.1, 17_000)), col("dear", _system(3.4, 0.1, 68_000))
+    assert winner([dear, cheap]) == (
+        "cheap costs least per h200 fed: $10,000 against $20,000 for dear (2.00× more; "
+        "beyond the spread)"
+    )
+    assert winner([a]) is None  # nothing to win against
+
+
+def test_costs_must_name_a_label_and_be_positive(cli, scans):
+    args = ["compare", str(scans["local"]), str(scans["slow"]), "--json", "/dev/null"]
+    for cost, message in (("x=5", "no label here (local, slow)"), ("local=0", "above 0"),
+                          ("local", "write LABEL=USD")):  # fmt: skip
+        r = cli(*args, "--cost", cost)
+        assert r.code == 2 and message in r.err and "Traceback" not in r.err, r.err
