@@ -108,6 +108,23 @@ class _Reading:
     disk_bytes: int
     disk_ops: int
     net_bytes: int
+    own_cpu_s: float | None = None  # CPU seconds of the watched process tree
+
+
+def _tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used by ``pid`` and its descendants, the reaped children's included; None
+    when ``pid`` is gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0.0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _cpu_busy_total(times: Any) -> tuple[float, float]:
@@ -129,7 +146,9 @@ class Monitor:
     or ``with Monitor(...) as m: ...`` and then ``m.timeline``. ``disks`` / ``nics`` name the
     devices to sum (e.g. ``["nvme0n1"]``, ``["eth0"]``); ``None`` picks them as
     :func:`physical_disks` and :func:`external_nics` do. After :meth:`start`, ``self.disks`` and
-    ``self.nics`` hold the names counted.
+    ``self.nics`` hold the names counted. ``watch_pid``: the root of a process tree (say the
+    benchmark's own processes) whose CPU use each sample records apart, so that what other
+    processes used is known.
     """
 
     def __init__(
@@ -138,6 +157,7 @@ class Monitor:
         label: str = "",
         disks: list[str] | None = None,
         nics: list[str] | None = None,
+        watch_pid: int | None = None,
     ) -> None:
         if not interval_s > 0 or not math.isfinite(interval_s):
             raise ValueError(f"interval_s must be a positive number of seconds, not {interval_s!r}")
@@ -145,6 +165,7 @@ class Monitor:
         self.label = label
         self._want_disks = list(disks) if disks is not None else None
         self._want_nics = list(nics) if nics is not None else None
+        self._watch = watch_pid
         self.disks: list[str] = []
         self.nics: list[str] = []
         self.timeline: Timeline | None = None
@@ -273,7 +294,8 @@ class Monitor:
                 c = per_nic.get(name)
                 if c is not None:
                     net_bytes += c.bytes_recv
-        return _Reading(time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes)
+        own = _tree_cpu_s(self._watch) if self._watch is not None else None
+        return _Reading(time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes, own)
 
     def _make_sample(self, a: _Reading, b: _Reading) -> MonitorSample:
         dt = b.t - a.t
@@ -298,6 +320,7 @@ class Monitor:
             gpu_mem_used_bytes=mem,
             gpu_sm_clock_mhz=clock,
             gpu_power_w=power,
+            own_busy_cores=_own_cores(a, b, dt),
         )
 
     # --- devices ------------------------------------------------------------------------------
@@ -392,3 +415,11 @@ class Monitor:
             with contextlib.suppress(self._nvml.NVMLError):
                 self._nvml.nvmlShutdown()
             self._nvml, self._gpu_handles = None, []
+
+
+def _own_cores(a: _Reading, b: _Reading, dt: float) -> float | None:
+    """Cores' worth of CPU the watched tree used between two readings (a process that ended
+    unreaped takes its time with it: never below 0)."""
+    if a.own_cpu_s is None or b.own_cpu_s is None or dt <= 0:
+        return None
+    return round(max(0.0, b.own_cpu_s - a.own_cpu_s) / dt, 3)

@@ -29,6 +29,9 @@ class MonitorSample:
     # the power at its limit, is throttling
     gpu_sm_clock_mhz: list[float] = field(default_factory=list)
     gpu_power_w: list[float] = field(default_factory=list)
+    # cores' worth of CPU used by the watched process tree (the scan's own processes); None
+    # when no tree was watched: busy cores less this is what other processes used
+    own_busy_cores: float | None = None
 
 
 @dataclass
@@ -78,8 +81,9 @@ def summarize(
     ``_max`` (whole machine, 0..100), ``busy_cores_mean`` / ``_max`` (Σ per-core % / 100),
     ``cores_saturated`` (cores ≥ 90% busy on average), ``cores``, ``mem_used_bytes_max``,
     ``disk_read_mb_per_s_mean`` / ``_max``, ``disk_read_iops_mean``, ``net_recv_mb_per_s_mean``
-    / ``_max``; with GPU readings (the GPUs in ``gpus``, default all) ``gpu_util_percent_mean``
-    / ``_max`` and ``gpu_mem_used_bytes_max``; under load (module docstring)
+    / ``_max``, where a process tree was watched ``own_busy_cores_mean``; with GPU readings (the
+    GPUs in ``gpus``, default all) ``gpu_util_percent_mean`` / ``_max`` and
+    ``gpu_mem_used_bytes_max``; under load (module docstring)
     ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded``, ``gpu_power_w_mean_loaded`` /
     ``_max_loaded``. A key that is absent was not measured: it is not zero.
     """
@@ -106,7 +110,9 @@ def _cpu_disk_net(picked: list[tuple[MonitorSample, float]]) -> dict[str, float]
     ]
     disk = [(s.disk_read_bytes_per_s / 1e6, w) for s, w in picked]
     net = [(s.net_recv_bytes_per_s / 1e6, w) for s, w in picked]
-    return {
+    own = [(s.own_busy_cores, w) for s, w in picked if s.own_busy_cores is not None]
+    mine = {"own_busy_cores_mean": _mean(own)} if own else {}
+    return mine | {
         "cpu_percent_mean": _mean(machine),
         "cpu_percent_max": max(v for v, _ in machine),
         "busy_cores_mean": _mean(busy),

@@ -6,6 +6,7 @@ rank 0 building the measurement."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -238,6 +239,7 @@ def consume(
 
 
 def _start_monitor(label: str, config: ScanConfig) -> Monitor:
-    m = Monitor(interval_s=config.monitor_interval_s, label=label)
+    # the scan's own processes: this rank's parent (the scan, or torchrun's agent) and below
+    m = Monitor(interval_s=config.monitor_interval_s, label=label, watch_pid=os.getppid())
     m.start()
     return m

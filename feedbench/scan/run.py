@@ -33,7 +33,7 @@ from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
 from feedbench.scan.results import Measurement, ScanResult
-from feedbench.scan.sizing import assess
+from feedbench.scan.sizing import assess, disturbed
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from feedbench.scan.verdict import judge
@@ -404,6 +404,9 @@ def _finish(result: ScanResult, config: ScanConfig) -> None:
             f"{len(few)} measurement(s) had fewer than 5 batches per consumer: rates and AU are "
             "rough; use a larger dataset or a smaller --batch-size"
         )
+    busy = disturbed(result)
+    if busy:
+        result.warnings.append(f"{busy}; its rates may be lower than on an idle host")
     result.verdict = judge(result, target_au=config.target_au)
     result.sizing = assess(result, config.target_au)
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from feedbench.scan.results import ScanResult, Sizing
+from feedbench.core.timeline import summarize
+from feedbench.scan.results import Measurement, ScanResult, Sizing
 from feedbench.scan.sweep import curve_points
 
 DATASET_VS_RAM = 5  # MLPerf Storage: the dataset at least 5× the client's RAM
 MIN_REPEATS = 3  # repeats per point, for a spread to judge by
 MAX_CV = 0.10  # std / mean of the repeats at a point
 MAX_RESIDENT = 0.01  # share of the data in the page cache when a cold pass started
+OTHER_LOAD_CORES = 0.25  # other processes' CPU, in cores, that disturbs a measurement
 
 
 def fed(consumers: int, au: float, target_au: float) -> float:
@@ -42,6 +44,29 @@ def accelerators_fed(
     n, values = max(by_count.items(), key=lambda kv: statistics.fmean(kv[1]))
     std = statistics.stdev(values) if len(values) > 1 else None
     return statistics.fmean(values), std, n
+
+
+def other_load(m: Measurement) -> float | None:
+    """Cores' worth of CPU that processes outside the scan used during ``m``, on average (None
+    where the scan's own use was not measured)."""
+    seen = summarize(m.monitor)
+    machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
+    return None if machine is None or own is None else max(0.0, machine - own)
+
+
+def disturbed(result: ScanResult) -> str | None:
+    """The worst other load during a measurement, in words, when it was enough to disturb it."""
+    loads = [(x, m) for m in result.measurements if (x := other_load(m)) is not None]
+    if not loads:
+        return None
+    worst, m = max(loads, key=lambda xm: xm[0])
+    if worst < max(OTHER_LOAD_CORES, 0.1 * result.host.cpu_count):
+        return None
+    n = m.consumers
+    return (
+        f"other processes kept {worst:.1f} of {result.host.cpu_count} cores busy during "
+        f"{n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass: the host was not idle"
+    )
 
 
 def broken_rules(result: ScanResult) -> list[str]:
@@ -72,6 +97,9 @@ def broken_rules(result: ScanResult) -> list[str]:
             f"repeats disagree: CV {worst.cv:.0%} at {worst.consumers} consumers "
             f"(needs ≤ {MAX_CV:.0%})"
         )
+    busy = disturbed(result)
+    if busy:
+        out.append(busy)
     if result.partial or result.failure:
         out.append("the scan did not complete" + (f" ({result.failure})" if result.failure else ""))
     if any(m.failed for m in result.measurements):
@@ -95,5 +123,6 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
             "min_repeats": MIN_REPEATS,
             "max_cv": MAX_CV,
             "max_resident_before_cold": MAX_RESIDENT,
+            "other_load_cores": OTHER_LOAD_CORES,
         },
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from feedbench.core.timeline import summarize
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult, StageStats, Verdict
+from feedbench.scan.sizing import OTHER_LOAD_CORES
 
 RESOURCE = {
     "read": "storage",
@@ -41,6 +42,7 @@ class _Case:
     appetite: float | None  # the emulated accelerator's samples/s
     stages: list[StageStats]  # available, pageable copies left out
     busy: float | None  # mean busy cores
+    others: float | None  # of those, cores used by processes outside the scan
     cores: int
     where: str
     feeding: str  # "; … samples/s feeds … accelerators", or "" without an accelerator
@@ -83,7 +85,10 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         feeding = f"; {_rate(rate)} samples/s feeds {share} {acc_name}{model}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor)
-    busy = seen.get("busy_cores_mean")
+    machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
+    # the machine's busy cores decide: cores taken by other work limit the scan too (the
+    # sizing rules mark such a run, and the text says whose the cores were)
+    busy = machine
     cores = result.host.cpu_count
     n = top.consumers
     return _Case(
@@ -93,12 +98,13 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         appetite=appetite,
         stages=stages,
         busy=busy,
+        others=max(0.0, machine - own) if machine is not None and own is not None else None,
         cores=cores,
         where=f"{n} consumer{'s' if n != 1 else ''} × {top.workers} workers, {top.pass_name} cache",
         feeding=feeding,
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
-        evidence=_evidence(top, stages, busy, cores, seen.get("disk_read_mb_per_s_mean")),
+        evidence=_evidence(top, stages, (machine, own), cores, seen.get("disk_read_mb_per_s_mean")),
     )
 
 
@@ -112,7 +118,7 @@ def _warm_ratio(result: ScanResult, n: int) -> float | None:
 def _evidence(
     top: Measurement,
     stages: list[StageStats],
-    busy: float | None,
+    busy: tuple[float | None, float | None],
     cores: int,
     disk: float | None,
 ) -> list[str]:
@@ -121,8 +127,10 @@ def _evidence(
         f"{s.name}: {s.share:.0%} of loader time ({_rate(s.samples_per_s)} samples/s per worker)"
         for s in stages
     ]
-    if busy is not None:
-        evidence.append(f"CPU: {busy:.1f} of {cores} cores busy on average")
+    machine, own = busy
+    if machine is not None:
+        mine = f", {own:.1f} by this scan" if own is not None else ""
+        evidence.append(f"CPU: {machine:.1f} of {cores} cores busy on average{mine}")
     idle = [c.barrier_idle_s for c in top.per_consumer if c.barrier_idle_s is not None]
     if idle:
         evidence.append(
@@ -184,7 +192,7 @@ def _stage_verdict(case: _Case) -> Verdict:
         )
     if resource == "cpu" and busy is not None:
         if busy >= CPU_SATURATED * cores:
-            reasons.insert(0, f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})")
+            reasons.insert(0, _busy_text(case))
         else:
             resource = "cpu (too few workers)"
             reasons.insert(
@@ -203,6 +211,15 @@ def _stage_verdict(case: _Case) -> Verdict:
     return Verdict(bound, resource, text, case.evidence, case.supported, case.feeds)
 
 
+def _busy_text(case: _Case) -> str:
+    """ "1.9/2 cores busy (95%)", and whose they were when other processes took a share."""
+    busy, cores, others = case.busy or 0.0, case.cores, case.others
+    text = f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})"
+    if others is not None and others >= OTHER_LOAD_CORES:
+        text += f", {others:.1f} of them by other processes"
+    return text
+
+
 def _read_resource(case: _Case) -> tuple[str, str | None]:
     """Whether reading was limited by the storage or by the client's CPU: cores saturated while
     reading point at the CPU, and so does a warm pass (page cache) no faster than the cold one;
@@ -212,7 +229,7 @@ def _read_resource(case: _Case) -> tuple[str, str | None]:
         return "storage", f"the warm pass (page cache) ran {warm:.1f}× faster than the cold one"
     if busy is None or busy < CPU_SATURATED * cores:
         return "storage", None
-    saturated = f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})"
+    saturated = _busy_text(case)
     if warm is not None:
         return "cpu", (
             f"{saturated} and the warm pass (page cache) no faster than the cold one "
@@ -233,7 +250,7 @@ def _loader_verdict(case: _Case, backend: str) -> Verdict:
                  for s in top.monitor.samples if s.gpu_util_percent]  # fmt: skip
         gpu = sum(utils) / len(utils) / 100 if utils else None
     if busy is not None and busy >= CPU_SATURATED * cores:
-        resource, why = "cpu", f"{busy:.1f}/{cores} cores busy ({busy / cores:.0%})"
+        resource, why = "cpu", _busy_text(case)
     elif gpu is not None and gpu >= 0.9:
         resource, why = "gpu", f"GPU {gpu:.0%} busy decoding"
     else:

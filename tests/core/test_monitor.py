@@ -65,6 +65,29 @@ def test_a_busy_process_shows_as_busy_cores():
     assert summarize(tl)["busy_cores_max"] >= 0.8
 
 
+def test_the_watched_tree_is_counted_apart_from_other_processes():
+    """A burner inside the watched tree is the tree's own CPU; one outside it is not."""
+    burn = [sys.executable, "-c", "while True: pass"]
+    root = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; "
+                             f"subprocess.run({burn!r})"])  # fmt: skip
+    outside = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with Monitor(interval_s=0.1, watch_pid=root.pid) as inside:
+            time.sleep(1.0)
+        with Monitor(interval_s=0.1, watch_pid=outside.pid) as other:
+            time.sleep(1.0)
+    finally:
+        for p in psutil.Process(root.pid).children(recursive=True) + [root, outside]:
+            p.kill()
+        root.wait()
+        outside.wait()
+    mine = summarize(inside.timeline)
+    assert mine["own_busy_cores_mean"] >= 0.25  # the grandchild burner is the tree's
+    theirs = summarize(other.timeline)  # (≥ 0.25: other tests may share the cores)
+    assert theirs["own_busy_cores_mean"] < 0.1 and theirs["busy_cores_mean"] >= 0.25
+    assert summarize(Monitor(interval_s=0.1).start().stop()).get("own_busy_cores_mean") is None
+
+
 def test_reading_an_evicted_file_shows_disk_reads(tmp_path):
     path = tmp_path / "blob.bin"
     size = 64 * 2**20

@@ -31,7 +31,7 @@ def _result(measurements, dataset_bytes=200 * GB, accelerator=True) -> ScanResul
         measurements=measurements,
         accelerator={"name": "h200", "samples_per_s": 100.0} if accelerator else None,
     )
-    r.host = dataclasses.replace(r.host, memory_bytes=32 * GB)
+    r.host = dataclasses.replace(r.host, memory_bytes=32 * GB, cpu_count=2)
     r.curve = curve(measurements)
     return r
 
@@ -78,3 +78,22 @@ def test_each_broken_rule_makes_the_run_not_valid(change, rule):
 def test_without_an_emulated_step_nothing_is_fed():
     z = assess(_result(_repeats(1, [100, 100, 100], None), accelerator=False), 0.9)
     assert z.accelerators_fed is None and z.target_au is None and z.valid
+
+
+def test_other_processes_busy_during_a_measurement_make_it_not_valid():
+    from feedbench.core.timeline import MonitorSample, Timeline
+
+    def sample(t, own):
+        return MonitorSample(t_s=t, cpu_percent=[100.0, 100.0], mem_used_bytes=0,
+                             disk_read_bytes_per_s=0.0, disk_read_iops=0.0,
+                             net_recv_bytes_per_s=0.0, own_busy_cores=own)  # fmt: skip
+
+    ms = _repeats(1, [100, 100, 100], 0.95)
+    ms[1].monitor = Timeline(label="", interval_s=0.5, samples=[sample(0.5, 0.3), sample(1, 0.5)])
+    z = assess(_result(ms), 0.9)
+    assert not z.valid and z.broken == [
+        "other processes kept 1.6 of 2 cores busy during 1 consumer, cold pass: the host was not "
+        "idle"
+    ]
+    ms[1].monitor.samples = [sample(0.5, 1.9), sample(1, 2.0)]  # the scan's own: no rule broken
+    assert assess(_result(ms), 0.9).valid
