@@ -69,6 +69,14 @@ Loader = Annotated[
     str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
 ]
 
+Describe = Annotated[
+    str | None,
+    typer.Option(
+        help="The system under test in your words (model, configuration, price), recorded in the "
+        "results and shown in reports and compare."
+    ),
+]
+
 
 @app.command()
 def scan(
@@ -96,6 +104,7 @@ def scan(
     warmup: o.Warmup = None,
     seed: o.Seed = 0,
     loader: Loader = None,
+    describe: Describe = None,
     json_out: o.Json = None,
     plots: o.Plots = True,
     warmup_batches: o.WarmupAlias = None,

@@ -9,6 +9,7 @@ are chosen only when rendering.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -49,6 +50,8 @@ class HostInfo:
     memory_bytes: int
     torch: str
     cuda_devices: list[str]
+    cpu_model: str | None = None
+    nics: list[str] = field(default_factory=list)  # "eth0: 25,000 Mb/s, MTU 9000", up ones
 
     @staticmethod
     def current() -> HostInfo:
@@ -66,7 +69,33 @@ class HostInfo:
             memory_bytes=psutil.virtual_memory().total,
             torch=torch.__version__,
             cuda_devices=gpus,
+            cpu_model=_cpu_model(),
+            nics=_nics(),
         )
+
+
+def _cpu_model() -> str | None:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or None
+
+
+def _nics() -> list[str]:
+    """The machine's network interfaces that are up (as the monitor counts them), with speed."""
+    import psutil
+
+    from feedbench.core.monitor import external_nics
+
+    stats = psutil.net_if_stats()
+    out = []
+    for name in external_nics(list(stats)):
+        st = stats[name]
+        if st.isup:
+            speed = f"{st.speed:,} Mb/s" if st.speed else "speed unknown"
+            out.append(f"{name}: {speed}, MTU {st.mtu}")
+    return out
 
 
 @dataclass(kw_only=True)

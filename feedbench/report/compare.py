@@ -55,6 +55,8 @@ class Column:
     supported_consumers: int | None = None
     feeds_accelerators: float | None = None
     failed: list[str] = field(default_factory=list)  # measurements that failed: no points
+    storage: str | None = None  # where the bytes came from: "nfs4 from srv:/x", "s3 at host"
+    described: str | None = None  # the user's --describe
     system: SystemRow | None = None  # the one-row summary a procurement table shows
 
     def best(self) -> CurvePoint | None:
@@ -121,6 +123,8 @@ def _labels(paths: list[str], given: list[str] | None) -> list[str]:
 def _cache_mode(config: dict[str, Any], pass_name: str) -> str:
     if config.get("direct"):
         return "O_DIRECT"
+    if config.get("read_latency_s"):
+        return f"{pass_name}, +{config['read_latency_s'] * 1e3:g} ms per read (slowed)"
     if config.get("read_ahead_mb"):
         return f"{pass_name}, read-ahead {config['read_ahead_mb']:g} MiB"
     if config.get("read_thread") is False:  # (files from before the option read in series too)
@@ -167,7 +171,18 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
             if m.failed and m.pass_name == pass_name
         ],
         system=system_row(result, pass_name),
+        storage=_storage(result),
+        described=cfg.get("describe"),
     )
+
+
+def _storage(result: ScanResult) -> str | None:
+    z = result.system
+    if z is None:
+        return None
+    if z.kind == "url":
+        return f"{z.scheme} at {z.endpoint}"
+    return f"{z.fstype} from {z.source}"
 
 
 def system_row(result: ScanResult, pass_name: str) -> SystemRow:

@@ -85,6 +85,8 @@ def _setup_rows(cols: list[Column]) -> list[tuple[str, list[str]]]:
 
     return [
         ("host", [c.host for c in cols]),
+        ("storage", [c.storage or "—" for c in cols]),
+        ("described", [c.described or "—" for c in cols]),
         ("CPUs / GPUs", [gpus(c) for c in cols]),
         ("data", [data(c) for c in cols]),
         ("path", [c.dataset for c in cols]),

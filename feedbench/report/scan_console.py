@@ -22,6 +22,8 @@ def render_scan(result: ScanResult, console: Console) -> None:
         f"host {result.host.hostname}: {result.host.cpu_count} cores"
         + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
     )
+    for line in system_lines(result):
+        console.print(line, markup=False)
     acc = result.accelerator
     if acc:
         mode = "async" if cfg.get("async_steps") else "synchronous (DDP-like)"
@@ -212,3 +214,29 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
         console.print(f"[green]valid for sizing[/] (data ≥ {ram:g}× RAM, cold, repeats agree)")
     else:
         console.print(f"[bold red]{NOT_VALID}[/]: " + escape("; ".join(z.broken)))
+
+
+def system_lines(result: ScanResult) -> list[str]:
+    """The system under test as the client saw it: where the bytes came from, the client
+    machine, the user's own description, and any slowdown the run added on purpose."""
+    lines = []
+    z, h, cfg = result.system, result.host, result.config
+    if z is not None and z.kind == "url":
+        creds = "with credentials" if z.credentials else "anonymous"
+        lines.append(f"storage: {z.scheme}:// at {z.endpoint} ({creds})")
+    elif z is not None:
+        where = f"{z.fstype} from {z.source}" + (f" on {z.mount_point}" if z.mount_point else "")
+        lines.append(f"storage: {where}" + (f" ({z.mount_options})" if z.mount_options else ""))
+        b = z.block_device
+        if b is not None:
+            kind = {True: "rotational", False: "solid state", None: "kind unknown"}[b.rotational]
+            lines.append(f"  device {b.name}: {b.model or 'model unknown'}, {kind}, "
+                         f"read-ahead {b.read_ahead_kb} KiB")  # fmt: skip
+    ram = f"{h.memory_bytes / 2**30:,.0f} GiB RAM"
+    lines.append(f"client: {h.cpu_model or 'CPU unknown'}, {h.cpu_count} cores, {ram}"
+                 + (f"; {'; '.join(h.nics)}" if h.nics else ""))  # fmt: skip
+    if cfg.get("describe"):
+        lines.append(f"described as: {cfg['describe']}")
+    if cfg.get("read_latency_s"):
+        lines.append(f"slowed on purpose: {cfg['read_latency_s'] * 1e3:g} ms added to every read")
+    return lines

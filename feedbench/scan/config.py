@@ -33,6 +33,7 @@ class ScanConfig:
     async_steps: bool = False
     warmup_batches: int = 1
     read_latency_s: float = 0.0
+    describe: str | None = None  # the system under test in the user's words (price, model, ...)
     read_ahead_mb: float = 0.0  # shards: MiB the kernel is asked to read ahead (0: its own)
     read_thread: bool = True  # a reading thread per local shard, `--stages read` only (open_source)
     target_au: float = 0.9

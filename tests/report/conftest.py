@@ -18,7 +18,10 @@ def scans(tmp_path_factory, dataset):
     paths = {}
     # One after the other: run side by side, the local scan's decoding saturates the cores the
     # slow scan's verdict reads, and it is rightly called CPU-bound.
-    for name, extra in (("local", []), ("slow", ["--read-latency", "0.02"])):
+    for name, extra in (
+        ("local", []),
+        ("slow", ["--read-latency", "0.02", "--describe", "a slow filer, $30k"]),
+    ):
         paths[name] = out / f"{name}.json"
         cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), *common,
                *extra, "--json", str(paths[name])]  # fmt: skip

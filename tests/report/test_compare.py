@@ -26,6 +26,9 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
         assert (m.group(1), m.group(2)) == ("nvme", "nfs")
     assert "nfs: read-bound (storage)" in text
     assert "warning: batch sizes differ" not in text  # same settings: nothing to warn about
+    # the setups say where the bytes came from, in the user's words too, and which was slowed
+    assert "described │ a slow filer, $30k │ —" in text and "storage │ " in text
+    assert "cold, +20 ms per read (slowed)" in text
     # 24 images, 2 repeats: a measurement, but no basis for sizing, and every output says so
     assert "nfs: not valid for sizing: dataset" in text and "2 repeats per point" in text
     assert json.loads(scans["slow"].read_text())["sizing"]["valid"] is False

@@ -23,6 +23,7 @@ def test_a_scan_is_shown_again_and_as_html_with_its_plots(cli, scan_json, tmp_pa
     assert text.count("data:image/png;base64,") >= 2  # scaling and timeline
     assert "scaling (samples/s" in text and "verdict" in text
     assert "not valid for sizing" in text  # 24 images: the page says it, as the terminal did
+    assert "storage: " in text and "client: " in text and " cores, " in text  # what was tested
 
 
 def test_a_verify_result_is_shown_again(cli, dataset, tmp_path):
