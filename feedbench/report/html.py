@@ -16,7 +16,7 @@ from rich.console import Console
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.files import write_atomic
-from feedbench.report.kinds import plots, render
+from feedbench.report.kinds import headline, plots, render
 
 
 def to_html(kind: str, result: Any, source: str, width: int = 110) -> str:
@@ -34,13 +34,17 @@ def to_html(kind: str, result: Any, source: str, width: int = 110) -> str:
                 f"<figcaption>{html.escape(p.stem)}</figcaption></figure>"
             )
     title = f"feedbench {kind}: {Path(source).name}"
+    lead = "".join(f"<p class=lead>{html.escape(line)}</p>" for line in headline(kind, result))
+    command = html.escape(" ".join(getattr(result, "command", []) or []))
     return (
         '<!doctype html>\n<html><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title>"
         "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}</style>"
-        f"</head><body><h1>{html.escape(title)}</h1>\n{body}\n{''.join(images)}\n"
-        "</body></html>\n"
+        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
+        ".lead{font-size:120%;font-weight:600}code{font-size:90%}"
+        "@media print{body{margin:0;max-width:none}figure{break-inside:avoid}}</style>"
+        f"</head><body><h1>{html.escape(title)}</h1>\n{lead}\n{body}\n{''.join(images)}\n"
+        f"<p>command: <code>{command}</code></p></body></html>\n"
     )
 
 

@@ -50,3 +50,20 @@ def plots(kind: str, result: Any, directory: str) -> list[Path]:
         return verify_plots.write_plots(result, directory, "verify") if result.runs else []
     p = compare_plots.compare_plot(result, Path(directory) / "compare-scaling.png")
     return [p] if p is not None else []
+
+
+def headline(kind: str, result: Any) -> list[str]:
+    """The answer first, in a sentence or two: what a reader of the page needs before tables."""
+    if kind == "scan":
+        lines = [result.verdict.text] if result.verdict else []
+        z = result.sizing
+        if z is not None and z.accelerators_fed is not None and result.accelerator:
+            name = result.accelerator.get("name") or "accelerator"
+            lines.insert(0, f"Feeds {compare.fed_text(z.accelerators_fed, z.accelerators_fed_std)}"
+                            f" × {name} at AU ≥ {z.target_au:.0%}.")  # fmt: skip
+        if z is not None:
+            lines.append(z.label())
+        return lines
+    if kind == "compare":
+        return [result.winner] if result.winner else list(result.summary[:1])
+    return [v.text for v in result.verdicts[:1]] if getattr(result, "verdicts", None) else []

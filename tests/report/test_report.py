@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
@@ -24,6 +25,13 @@ def test_a_scan_is_shown_again_and_as_html_with_its_plots(cli, scan_json, tmp_pa
     assert "scaling (samples/s" in text and "verdict" in text
     assert "not valid for sizing" in text  # 24 images: the page says it, as the terminal did
     assert "storage: " in text and "client: " in text and " cores, " in text  # what was tested
+    # the answer first (the verdict, whether it may size), and the exact command last
+    lead = re.findall(r"<p class=lead>(.*?)</p>", text)
+    assert lead and lead[0] == html.escape(verdict) and lead[-1].startswith("not valid for sizing")
+    assert (
+        text.index("<p class=lead>") < text.index("<pre")
+        and "command: <code>feedbench scan" in text
+    )
 
 
 def test_a_verify_result_is_shown_again(cli, dataset, tmp_path):
