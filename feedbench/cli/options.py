@@ -10,8 +10,9 @@ import typer
 Data = Annotated[
     str | None,
     typer.Argument(
-        help="Image tree, .tar shard(s) (a folder, a glob or a brace list), a feedbench sample "
-        "root, or an s3:// or http(s):// URL of one (default: sample_data/).",
+        help="Image tree, .tar shard(s) (a folder, a glob or a brace list), data files (.npy, "
+        ".npz, .tfrecord; any file with --format files), a feedbench sample root, or an s3:// "
+        "or http(s):// URL of one (default: sample_data/).",
         show_default=False,
     ),
 ]
@@ -47,7 +48,13 @@ TargetAu = Annotated[
     ),
 ]
 Format = Annotated[
-    str, typer.Option("--format", help="auto, tree (an image tree) or shards (tar shards).")
+    str,
+    typer.Option(
+        "--format",
+        help="auto, tree (an image tree), shards (tar shards), or data files: files (any file "
+        "is a sample, raw bytes), npy, npz (a file is a sample), tfrecord (a record is one), "
+        "hdf5 (a row of the largest dataset), parquet (a row group).",
+    ),
 ]
 Seed = Annotated[int, typer.Option(help="Shuffle, augmentation and model seed.")]
 Json = Annotated[

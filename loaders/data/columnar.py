@@ -1,0 +1,147 @@
+"""HDF5 and Parquet files as tables of samples (:mod:`loaders.data.records`), read in byte
+ranges like every other record format.
+
+Each file's metadata is read once, at listing, through its library (h5py, pyarrow); a sample is
+then a byte range of the file, read by the data layer's bounded reads, and decoded from those
+bytes alone:
+
+* ``hdf5``: a sample is one index along the first axis of the file's largest dataset (its name
+  recorded); the dataset must be contiguous (h5py's default: no chunks, no compression), so row
+  ``i`` lies at the dataset's offset + ``i`` × row bytes; decode = the row as a numpy array.
+* ``parquet``: a sample is one row group, the bytes of all its column chunks; decode = pyarrow
+  reading that row group from those bytes and the file's tail (its footer), as an Arrow table.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import math
+import os
+
+import numpy as np
+
+from loaders.errors import LoaderError
+
+TAIL = 64 << 10  # pyarrow reads this much of a file's end first to find the footer
+
+
+def _require(module: str, fmt: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        package = module.split(".", 1)[0]
+        raise LoaderError(
+            f"format {fmt} needs {package}: pip install 'feedbench[formats]'"
+        ) from None
+
+
+def _open(path: str, opener):
+    """A binary file object: a local file, or ``opener(path)`` for a URL."""
+    return opener(path) if opener is not None else open(path, "rb")  # noqa: SIM115
+
+
+def _largest_dataset(h5):
+    found = []
+
+    def visit(name, obj):
+        if hasattr(obj, "shape") and obj.shape:
+            found.append((obj.nbytes, name, obj))
+
+    h5.visititems(visit)
+    return max(found, key=lambda t: (t[0], t[1]))[2] if found else None
+
+
+def index_hdf5(path: str, opener=None):
+    """``(offsets, sizes, meta, why)``: each row's byte range in ``path``, the dataset's name,
+    dtype and row shape, and why the file gives no rows (or None)."""
+    h5py = _require("h5py", "hdf5")
+    with _open(path, opener) as f, h5py.File(f, "r") as h5:
+        ds = _largest_dataset(h5)
+        if ds is None:
+            return [], [], None, "no dataset with rows in it"
+        start = ds.id.get_offset()
+        if ds.chunks is not None or start is None:
+            return [], [], None, f"dataset {ds.name} is chunked or not written (contiguous only)"
+        row = ds.dtype.itemsize * math.prod(ds.shape[1:])
+        meta = {"dataset": ds.name, "dtype": ds.dtype.str, "shape": list(ds.shape[1:])}
+        n = ds.shape[0]
+    return [start + i * row for i in range(n)], [row] * n, meta, None
+
+
+def index_parquet(path: str, size: int, opener=None):
+    """``(offsets, sizes, meta, why)``: each row group's byte span in ``path``, and the file's
+    tail (footer included) and row-group starts that decoding needs."""
+    pq = _require("pyarrow.parquet", "parquet")
+    with _open(path, opener) as f:
+        md = pq.ParquetFile(f).metadata
+        starts, ends = [], []
+        for g in range(md.num_row_groups):
+            rg = md.row_group(g)
+            spans = []
+            for c in range(rg.num_columns):
+                col = rg.column(c)
+                first = col.data_page_offset
+                if col.has_dictionary_page and col.dictionary_page_offset:
+                    first = min(first, col.dictionary_page_offset)
+                spans.append((first, first + col.total_compressed_size))
+            starts.append(min(s for s, _ in spans))
+            ends.append(max(e for _, e in spans))
+        f.seek(size - 8)
+        footer = int.from_bytes(f.read(8)[:4], "little")
+        tail = min(size, max(TAIL, footer + 8))
+        f.seek(size - tail)
+        meta = {"size": size, "tail": f.read(tail), "starts": starts}
+    if not starts:
+        return [], [], None, "no row groups in it"
+    return starts, [e - s for s, e in zip(starts, ends, strict=True)], meta, None
+
+
+class _Known(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only some ranges are at hand: reading
+    elsewhere is an error (a decode must not read storage)."""
+
+    def __init__(self, size: int, pieces: list[tuple[int, bytes]]) -> None:
+        self._size, self._pieces, self._pos = size, pieces, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self._size}[whence]
+        self._pos = base + pos
+        return self._pos
+
+    def readinto(self, b) -> int:
+        want = min(len(b), max(0, self._size - self._pos))
+        done = 0
+        while done < want:
+            pos = self._pos
+            have = [(s + len(d), s, d) for s, d in self._pieces if s <= pos < s + len(d)]
+            if not have:
+                raise OSError(f"byte {pos} is outside the row group read")
+            end, start, data = max(have, key=lambda t: t[0])  # the piece reaching furthest
+            n = min(want - done, end - pos)
+            b[done : done + n] = data[pos - start : pos - start + n]
+            done += n
+            self._pos += n
+        return done
+
+
+def decode_hdf5(data, meta: dict) -> np.ndarray:
+    return np.frombuffer(data, dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
+
+
+def decode_parquet(data, meta: dict, offset: int):
+    """The row group at ``offset`` as an Arrow table, from its bytes and the file's tail."""
+    pq = _require("pyarrow.parquet", "parquet")
+    size, tail = meta["size"], meta["tail"]
+    known = _Known(size, [(offset, bytes(data)), (size - len(tail), tail)])
+    group = meta["starts"].index(offset)
+    return pq.ParquetFile(known, pre_buffer=False).read_row_group(group)
