@@ -180,9 +180,10 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
         if fmt == "auto" and len(kinds) == 1:
             return _records(root, found, kinds.pop(), url)
         raise LoaderError(
-            f"no images ({', '.join(IMAGE_EXTENSIONS)}), .tar shards or data files of one "
-            f"format in {shown} ({len(others)} other files, e.g. {rels[others[0]]}; "
-            "--format files reads any file)"
+            f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards in {shown} "
+            f"({len(others)} other files, e.g. {rels[others[0]]}); data files are read when "
+            "all are of one format (.npy, .npz, .tfrecord, .h5, .parquet), any file with "
+            "--format files"
         )
     sample_root = all(rels[f].startswith(SAMPLE_TREE + sep) for f in images) and all(
         rels[f].startswith(SAMPLE_SHARDS + sep) for f in tars
