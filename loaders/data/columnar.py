@@ -5,9 +5,10 @@ Each file's metadata is read once, at listing, through its library (h5py, pyarro
 then a byte range of the file, read by the data layer's bounded reads, and decoded from those
 bytes alone:
 
-* ``hdf5``: a sample is one index along the first axis of the file's largest dataset (its name
-  recorded); the dataset must be contiguous (h5py's default: no chunks, no compression), so row
-  ``i`` lies at the dataset's offset + ``i`` × row bytes; decode = the row as a numpy array.
+* ``hdf5``: a sample is one index along the first axis of a dataset (``hdf5:NAME``; by default
+  the file's largest, its name recorded); the dataset must be contiguous (h5py's default: no
+  chunks, no compression), so row ``i`` lies at the dataset's offset + ``i`` × row bytes;
+  decode = the row as a numpy array.
 * ``parquet``: a sample is one row group, the bytes of all its column chunks; decode = pyarrow
   reading that row group from those bytes and the file's tail (its footer), as an Arrow table.
 """
@@ -52,14 +53,16 @@ def _largest_dataset(h5):
     return max(found, key=lambda t: (t[0], t[1]))[2] if found else None
 
 
-def index_hdf5(path: str, opener=None):
-    """``(offsets, sizes, meta, why)``: each row's byte range in ``path``, the dataset's name,
-    dtype and row shape, and why the file gives no rows (or None)."""
+def index_hdf5(path: str, opener=None, dataset: str | None = None):
+    """``(offsets, sizes, meta, why)``: each row's byte range in ``path`` of ``dataset`` (by
+    default the largest), its name, dtype and row shape, and why the file gives no rows (or
+    None)."""
     h5py = _require("h5py", "hdf5")
     with _open(path, opener) as f, h5py.File(f, "r") as h5:
-        ds = _largest_dataset(h5)
-        if ds is None:
-            return [], [], None, "no dataset with rows in it"
+        ds = _largest_dataset(h5) if dataset is None else h5.get(dataset)
+        if not isinstance(ds, h5py.Dataset) or not ds.shape:
+            what = "no dataset with rows" if dataset is None else f"no dataset {dataset} with rows"
+            return [], [], None, f"{what} in it"
         start = ds.id.get_offset()
         if ds.chunks is not None or start is None:
             return [], [], None, f"dataset {ds.name} is chunked or not written (contiguous only)"

@@ -62,8 +62,12 @@ class Layout:
 
 def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
     """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`."""
-    if fmt not in FORMATS:
-        raise LoaderError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    base, option = records.split_format(fmt)
+    if base not in FORMATS or (option is not None and base != "hdf5"):
+        raise LoaderError(
+            f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)} (hdf5:NAME names the "
+            "HDF5 dataset)"
+        )
     text = os.fspath(path)
     url = remote.is_url(text)
     if url:
@@ -93,7 +97,7 @@ def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
     if not paths:
         raise LoaderError(f"no files match {shown}")
     kinds = {records.format_of(_path_part(p)) for p in paths}
-    if fmt in RECORD_FORMATS or (fmt == "auto" and len(kinds) == 1 and None not in kinds):
+    if _is_record(fmt) or (fmt == "auto" and len(kinds) == 1 and None not in kinds):
         found = _sizes(paths, url)
         return _records(_parent(paths[0]), found, fmt if fmt != "auto" else kinds.pop(), url)
     if not all(is_shard(_path_part(p)) for p in paths):
@@ -118,7 +122,7 @@ def _folder(path: str, fmt: str) -> Layout:
     if not os.path.exists(path):
         raise LoaderError(f"no such file or directory: {path}")
     if os.path.isfile(path):
-        if fmt in RECORD_FORMATS or (fmt == "auto" and records.format_of(path)):
+        if _is_record(fmt) or (fmt == "auto" and records.format_of(path)):
             use = fmt if fmt != "auto" else records.format_of(path)
             return _records(_parent(path), {path: os.path.getsize(path)}, use, False)
         if is_shard(path):
@@ -149,7 +153,7 @@ def _place(url: str, fmt: str) -> Layout:
     if len(listing) == 1 and url in listing:
         size = listing[url] or remote.sizes([url])[0]
         kind = records.format_of(_path_part(url))
-        if fmt in RECORD_FORMATS or (fmt == "auto" and kind):
+        if _is_record(fmt) or (fmt == "auto" and kind):
             return _records(_parent(url), {url: size}, fmt if fmt != "auto" else kind, True)
         if is_shard(_path_part(url)):
             return _shards(_parent(url), [url], [size], True)
@@ -169,7 +173,7 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
     sep = "/" if url else os.sep
     if not found:
         raise LoaderError(f"{shown} is empty: no files in it")
-    if fmt in RECORD_FORMATS:
+    if _is_record(fmt):
         return _records(root, found, fmt, url)
     rels = {full: _rel(root, full, url) for full in found}
     images = sorted(f for f, r in rels.items() if is_image(r))
@@ -201,10 +205,15 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
     return layout
 
 
+def _is_record(fmt: str) -> bool:
+    return records.split_format(fmt)[0] in RECORD_FORMATS
+
+
 def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     """The files of record format ``fmt`` among ``found`` (``files``: all), their samples
     indexed (:func:`loaders.data.records.build_table`); other files are left out, counted."""
     shown = remote.redact_url(root)
+    fmt, option = records.split_format(fmt)
     exts = records.EXTENSIONS.get(fmt)
     files = sorted(f for f in found if exts is None or _path_part(f).lower().endswith(exts))
     if not files:
@@ -215,7 +224,7 @@ def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     sizes = [found[f] for f in files]
     if url and not any(sizes):  # index pages carry no sizes: ask the server (HEAD)
         sizes = remote.sizes(files)
-    table, left_out = records.build_table(fmt, files, sizes, url)
+    table, left_out = records.build_table(fmt, files, sizes, url, option)
     skipped = [Skipped(f, f"not a {fmt} file (extension)") for f in found if f not in set(files)]
     skipped += [Skipped(f, why) for f, why in left_out]
     if not len(table):

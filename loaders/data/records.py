@@ -47,6 +47,13 @@ def format_of(name: str) -> str | None:
     return next((f for f, exts in EXTENSIONS.items() if low.endswith(exts)), None)
 
 
+def split_format(fmt: str) -> tuple[str, str | None]:
+    """``"hdf5:/images"`` → ``("hdf5", "/images")``: a format and its option (the HDF5 dataset
+    to read), or None."""
+    base, sep, option = fmt.partition(":")
+    return base, (option if sep else None)
+
+
 def has_decode(fmt: str) -> bool:
     return fmt != "files"
 
@@ -66,11 +73,11 @@ class RecordTable:
 
 
 def build_table(
-    fmt: str, files: list[str], sizes: list[int], url: bool
+    fmt: str, files: list[str], sizes: list[int], url: bool, option: str | None = None
 ) -> tuple[RecordTable, list[tuple[str, str]]]:
     """The samples of ``files`` in format ``fmt``, and the (file, reason) of what was left out
     (a zero-byte or unreadable file, a cut-off or corrupt TFRecord tail, an HDF5 file without a
-    contiguous dataset)."""
+    contiguous dataset). ``option``: the HDF5 dataset to read (default: the largest)."""
     file_of: list[int] = []
     offset: list[int] = []
     size: list[int] = []
@@ -82,7 +89,7 @@ def build_table(
             skipped.append((path, "zero-byte file"))
             continue
         try:
-            offs, lens, meta[k], why = _index_file(fmt, path, nbytes, url)
+            offs, lens, meta[k], why = _index_file(fmt, path, nbytes, url, option)
         except OSError as e:
             skipped.append((path, f"unreadable: {e.strerror or remote.one_line(e)}"))
             continue
@@ -104,7 +111,7 @@ def _remote_opener(path: str):
     return remote.filesystem(path).open(path, "rb", block_size=INDEX_CHUNK, cache_type="readahead")
 
 
-def _index_file(fmt: str, path: str, nbytes: int, url: bool):
+def _index_file(fmt: str, path: str, nbytes: int, url: bool, option: str | None):
     """``(offsets, sizes, meta, why)`` of one file's samples; a transport or library error
     as an OSError."""
     if fmt in WHOLE_FILE:
@@ -115,7 +122,7 @@ def _index_file(fmt: str, path: str, nbytes: int, url: bool):
             offs, lens, why = _index_tfrecord(path, nbytes, opener)
             return offs, lens, None, why
         if fmt == "hdf5":
-            return columnar.index_hdf5(path, opener)
+            return columnar.index_hdf5(path, opener, dataset=option)
         return columnar.index_parquet(path, nbytes, opener)
     except LoaderError:
         raise

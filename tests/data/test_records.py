@@ -171,6 +171,14 @@ def test_hdf5_rows_are_samples_read_as_byte_ranges(tmp_path):
     for s, w in zip(samples, want, strict=True):
         np.testing.assert_array_equal(source.decode(s), w)
 
+    named, _ = detect(str(tmp_path), "hdf5:/labels")  # a named dataset instead of the largest
+    labels = [int(named.decode(s)) for s in _read_all(named)]
+    assert labels == [0, 1, 2, 3, 4, 0, 1, 2]
+    with pytest.raises(FeedbenchError, match="no dataset /nope with rows"):
+        detect(str(tmp_path), "hdf5:/nope")
+    with pytest.raises(FeedbenchError, match="unknown format 'npz:x'"):
+        detect(str(tmp_path), "npz:x")
+
 
 def test_parquet_row_groups_are_samples_decoded_from_their_bytes(tmp_path):
     pa = pytest.importorskip(
