@@ -307,9 +307,10 @@ def scan(
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
     source, notes, p = validate(config)
-    if not source.remote:
+    if not source.remote and source.kind != "records":
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
-    with shared_listing(source, config.path, config.fmt):  # consumers do not list it again
+    # consumers do not list it again (a URL's objects, data files' sample index: record headers)
+    with shared_listing(source, config.path, config.fmt):
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 
 
