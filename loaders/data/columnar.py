@@ -10,7 +10,8 @@ bytes alone:
   chunks, no compression), so row ``i`` lies at the dataset's offset + ``i`` × row bytes;
   decode = the row as a numpy array.
 * ``parquet``: a sample is one row group, the bytes of all its column chunks; decode = pyarrow
-  reading that row group from those bytes and the file's tail (its footer), as an Arrow table.
+  reading that row group from those bytes and the file's footer (kept from the listing), as an
+  Arrow table.
 """
 
 from __future__ import annotations
@@ -23,8 +24,6 @@ import os
 import numpy as np
 
 from loaders.errors import LoaderError
-
-TAIL = 64 << 10  # pyarrow reads this much of a file's end first to find the footer
 
 
 def _require(module: str, fmt: str):
@@ -92,20 +91,19 @@ def index_parquet(path: str, size: int, opener=None):
             ends.append(max(e for _, e in spans))
         f.seek(size - 8)
         footer = int.from_bytes(f.read(8)[:4], "little")
-        tail = min(size, max(TAIL, footer + 8))
-        f.seek(size - tail)
-        meta = {"size": size, "tail": f.read(tail), "starts": starts}
+        f.seek(size - footer - 8)  # the footer, its length and the magic: what decoding needs
+        meta = {"size": size, "footer": f.read(footer + 8), "starts": starts}
     if not starts:
         return [], [], None, "no row groups in it"
     return starts, [e - s for s, e in zip(starts, ends, strict=True)], meta, None
 
 
 class _Known(io.RawIOBase):
-    """A read-only file of ``size`` bytes of which only some ranges are at hand: reading
-    elsewhere is an error (a decode must not read storage)."""
+    """A read-only file of ``size`` bytes of which only ``data``, at ``start``, is at hand:
+    reading elsewhere is an error (a decode must not read storage)."""
 
-    def __init__(self, size: int, pieces: list[tuple[int, bytes]]) -> None:
-        self._size, self._pieces, self._pos = size, pieces, 0
+    def __init__(self, size: int, start: int, data: bytes) -> None:
+        self._size, self._start, self._data, self._pos = size, start, data, 0
 
     def readable(self) -> bool:
         return True
@@ -123,18 +121,12 @@ class _Known(io.RawIOBase):
 
     def readinto(self, b) -> int:
         want = min(len(b), max(0, self._size - self._pos))
-        done = 0
-        while done < want:
-            pos = self._pos
-            have = [(s + len(d), s, d) for s, d in self._pieces if s <= pos < s + len(d)]
-            if not have:
-                raise OSError(f"byte {pos} is outside the row group read")
-            end, start, data = max(have, key=lambda t: t[0])  # the piece reaching furthest
-            n = min(want - done, end - pos)
-            b[done : done + n] = data[pos - start : pos - start + n]
-            done += n
-            self._pos += n
-        return done
+        at = self._pos - self._start
+        if want and not (at >= 0 and at + want <= len(self._data)):
+            raise OSError(f"bytes {self._pos}..{self._pos + want} are outside the row group read")
+        b[:want] = self._data[at : at + want]
+        self._pos += want
+        return want
 
 
 def decode_hdf5(data, meta: dict) -> np.ndarray:
@@ -142,9 +134,9 @@ def decode_hdf5(data, meta: dict) -> np.ndarray:
 
 
 def decode_parquet(data, meta: dict, offset: int):
-    """The row group at ``offset`` as an Arrow table, from its bytes and the file's tail."""
+    """The row group at ``offset`` as an Arrow table, from its bytes and the file's footer."""
     pq = _require("pyarrow.parquet", "parquet")
-    size, tail = meta["size"], meta["tail"]
-    known = _Known(size, [(offset, bytes(data)), (size - len(tail), tail)])
+    footer = pq.read_metadata(io.BytesIO(b"PAR1" + meta["footer"]))
+    known = _Known(meta["size"], offset, bytes(data))
     group = meta["starts"].index(offset)
-    return pq.ParquetFile(known, pre_buffer=False).read_row_group(group)
+    return pq.ParquetFile(known, metadata=footer, pre_buffer=False).read_row_group(group)
