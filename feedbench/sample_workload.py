@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -70,8 +71,14 @@ def payload(seed: int, index: int, nbytes: int) -> bytes:
 
 
 def _write_npz(path: Path, data: bytes, label: int) -> None:
-    with open(path, "wb") as f:
-        np.savez(f, x=np.frombuffer(data, dtype=np.uint8), y=np.int64(label))
+    """What ``numpy.savez`` writes (stored, uncompressed), but with a fixed member time: savez
+    stamps the current time into the zip, so its files differ from run to run."""
+    arrays = {"x": np.frombuffer(data, dtype=np.uint8), "y": np.int64(label)}
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
 
 
 def make_workload(

@@ -4,6 +4,7 @@ end to end on local files and on a real S3 server (rclone) on loopback."""
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -65,20 +66,23 @@ def test_sample_sizes_have_the_workload_spread():
     assert len(sizes) == 32 and scale == pytest.approx(0.004e9 / (32 * 146600628))
 
 
-def test_sample_workload_is_deterministic(tmp_path):
-    a = make_workload(tmp_path / "a", "resnet50", 0.001, seed=3)
-    make_workload(tmp_path / "b", "resnet50", 0.001, seed=3)
-    files = sorted((tmp_path / "a" / "data").iterdir())
-    assert len(files) == a.files == 4 and a.samples == 32 and a.samples_per_file == 8
-    for f in files:
+@pytest.mark.parametrize(("workload", "files", "per_file"), [("resnet50", 4, 8), ("unet3d", 32, 1)])
+def test_sample_workload_is_deterministic(tmp_path, workload, files, per_file):
+    a = make_workload(tmp_path / "a", workload, 0.001, seed=3)
+    make_workload(tmp_path / "b", workload, 0.001, seed=3)
+    made = sorted((tmp_path / "a" / "data").iterdir())
+    assert len(made) == a.files == files and a.samples == 32 and a.samples_per_file == per_file
+    for f in made:
         assert f.read_bytes() == (tmp_path / "b" / "data" / f.name).read_bytes()
-    manifest = json.loads((tmp_path / "a" / "feedbench-sample.json").read_text())
-    assert (
-        manifest["workload"]["samples"] == 32
-        and "resnet50_h100.yaml" in manifest["workload"]["source"]
-    )
+    if workload == "unet3d":  # numpy reads what was written: the payload and a label
+        with np.load(made[1]) as z:
+            assert sorted(z.files) == ["x", "y"] and z["x"].nbytes > 0 and int(z["y"]) == 1
+        with zipfile.ZipFile(made[1]) as z:  # no clock time inside (numpy.savez puts one)
+            assert {i.date_time for i in z.infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    manifest = json.loads((tmp_path / "a" / "feedbench-sample.json").read_text())["workload"]
+    assert manifest["samples"] == 32 and f"{workload}_h100.yaml" in manifest["source"]
     with pytest.raises(FeedbenchError, match="not a new or empty directory"):
-        make_workload(tmp_path / "a", "resnet50", 0.001)
+        make_workload(tmp_path / "a", workload, 0.001)
 
 
 def _data_bytes(root: Path) -> int:
