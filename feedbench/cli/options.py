@@ -10,7 +10,8 @@ import typer
 Data = Annotated[
     str | None,
     typer.Argument(
-        help="Image tree, .tar shard(s) (a folder, a glob or a brace list), a feedbench sample "
+        help="Image tree, .tar shard(s) (a folder, a glob or a brace list), data files (.npy, "
+        ".npz, .tfrecord, .h5, .parquet; any file with --format files), a feedbench sample "
         "root, or an s3:// or http(s):// URL of one (default: sample_data/).",
         show_default=False,
     ),
@@ -40,14 +41,21 @@ Passes = Annotated[
 ]
 PassAlias = Annotated[str | None, typer.Option("--pass", hidden=True)]
 TargetAu = Annotated[
-    float,
+    float | None,
     typer.Option(
         help="Accelerator utilisation that counts as fed: compute time ÷ step time (a step "
-        "waiting more than 1 − this for data is data-bound)."
+        "waiting more than 1 − this for data is data-bound). Default 0.9; scan --workload: "
+        "its row's."
     ),
 ]
 Format = Annotated[
-    str, typer.Option("--format", help="auto, tree (an image tree) or shards (tar shards).")
+    str,
+    typer.Option(
+        "--format",
+        help="auto, tree (an image tree), shards (tar shards), or data files: files (any file "
+        "is a sample, raw bytes), npy, npz (a file is a sample), tfrecord (a record is one), "
+        "hdf5 (a row of the largest dataset; hdf5:NAME names one), parquet (a row group).",
+    ),
 ]
 Seed = Annotated[int, typer.Option(help="Shuffle, augmentation and model seed.")]
 Json = Annotated[
@@ -57,4 +65,28 @@ Json = Annotated[
 Plots = Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")]
 Profile = Annotated[
     str | None, typer.Option(help="Emulated accelerator, e.g. resnet50-h200 (see profiles).")
+]
+Workload = Annotated[
+    str | None,
+    typer.Option(help="An MLPerf-Storage-shaped workload: resnet50, unet3d or cosmoflow."),
+]
+
+
+def _list_workloads(value: bool) -> None:
+    if value:
+        from feedbench.cli.app import out
+        from feedbench.report.workloads import render_workloads
+
+        render_workloads(out)
+        raise typer.Exit()
+
+
+ListWorkloads = Annotated[
+    bool,
+    typer.Option(
+        "--list-workloads",
+        callback=_list_workloads,
+        is_eager=True,
+        help="Show the workloads, their rows per accelerator and their sources, and exit.",
+    ),
 ]

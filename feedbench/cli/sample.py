@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from feedbench.cli import options as o
 from feedbench.cli.app import app, err, out
+from feedbench.core.errors import FeedbenchError
+from feedbench.sample_workload import MIN_SAMPLES
 
 
 @app.command()
@@ -25,9 +28,23 @@ def sample(
         int | None, typer.Option(help="Samples per tar shard (default: images/16, 1..1000).")
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes (default: all cores).")] = None,
+    workload: o.Workload = None,
+    size: Annotated[
+        float | None,
+        typer.Option(
+            help="With --workload: GB to write (sample sizes scaled down when it holds fewer "
+            f"than {MIN_SAMPLES} samples of the workload's size)."
+        ),
+    ] = None,
+    list_workloads: o.ListWorkloads = False,
 ) -> None:
-    """Make a deterministic ImageNet-like sample dataset (JPEG tree and/or WebDataset shards)."""
+    """Make a deterministic ImageNet-like sample dataset (JPEG tree and/or WebDataset shards),
+    or with --workload the data of an MLPerf-Storage-shaped workload (--list-workloads)."""
     from feedbench.sample import SampleSpec, make_sample
+
+    if workload is not None or size is not None:
+        _workload(out_dir, workload, size, seed)
+        return
 
     spec = SampleSpec(images, seed, classes, quality, per_shard, fmt)
     with Progress(
@@ -47,4 +64,31 @@ def sample(
         + (f" ({summary.shards} shards)" if summary.shards else "")
         + f"; mean {summary.mean_jpeg_bytes / 1e3:.1f} KB, sides "
         f"{summary.min_side_px}–{summary.max_side_px} px"
+    )
+
+
+def _workload(out_dir: Path, workload: str | None, size_gb: float | None, seed: int) -> None:
+    from rich.progress import DownloadColumn, TransferSpeedColumn
+
+    from feedbench.sample_workload import make_workload
+
+    if workload is None or size_gb is None:
+        raise FeedbenchError("--workload and --size go together: e.g. --workload unet3d --size 10")
+    with Progress(
+        TextColumn(f"writing {workload}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("sample", total=size_gb * 1e9)
+        s = make_workload(out_dir, workload, size_gb, seed=seed,
+                          progress=lambda n: bar.advance(task, n))  # fmt: skip
+    scaled = f", sizes scaled ×{s.scale:.3g} to fit --size" if s.scale < 1 else ""
+    out.print(
+        f"{s.workload}: {s.samples:,} samples in {s.files:,} {s.fmt} files → {out_dir}/data; "
+        f"{s.bytes / 1e9:.3f} GB, mean {s.mean_sample_bytes / 1e3:.1f} KB ± "
+        f"{s.std_sample_bytes / 1e3:.1f} KB{scaled}"
     )

@@ -68,6 +68,13 @@ StallTimeout = Annotated[
 Loader = Annotated[
     str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
 ]
+Accelerator = Annotated[
+    str | None,
+    typer.Option(
+        help="With --workload: whose step time, batch, read threads and AU threshold to take "
+        "(h100, a100; h200 where measured). Default h100."
+    ),
+]
 
 Describe = Annotated[
     str | None,
@@ -91,7 +98,7 @@ def scan(
     rate: Rate = None,
     step_time: StepTime = None,
     async_steps: AsyncSteps = False,
-    target_au: o.TargetAu = 0.9,
+    target_au: o.TargetAu = None,
     find_max: FindMax = False,
     max_consumers: MaxConsumers = None,
     fmt: o.Format = "auto",
@@ -105,11 +112,18 @@ def scan(
     seed: o.Seed = 0,
     loader: Loader = None,
     describe: Describe = None,
+    workload: o.Workload = None,
+    accelerator: Accelerator = None,
+    list_workloads: o.ListWorkloads = False,
     json_out: o.Json = None,
     plots: o.Plots = True,
     warmup_batches: o.WarmupAlias = None,
 ) -> None:
-    """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage."""
+    """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage.
+
+    --workload takes the format, batch size, read threads (--workers), step time and AU
+    threshold of that workload on --accelerator from the workload table (--list-workloads);
+    each flag given overrides its part."""
     from feedbench.core.envelope import save
     from feedbench.scan.run import outcome
     from feedbench.scan.run import scan as run_scan
@@ -172,7 +186,7 @@ class _Progress:
 def scan_config(options: dict):
     """A ScanConfig from the command's options (its ``locals()``)."""
     from feedbench.core.choices import parse_counts
-    from feedbench.scan.config import ScanConfig, parse_passes, parse_stages
+    from feedbench.scan.config import ScanConfig, apply_workload, parse_passes, parse_stages
 
     warmup = options.get("warmup")
     if warmup is None:
@@ -192,7 +206,10 @@ def scan_config(options: dict):
         consumers=parse_counts(kw.get("consumers", "1"), "--consumers"),
         warmup_batches=1 if warmup is None else warmup,
     )
-    return ScanConfig(**kw)
+    given_au = kw.get("target_au") is not None
+    if not given_au:
+        kw["target_au"] = 0.9
+    return apply_workload(ScanConfig(**kw), target_au_given=given_au)
 
 
 def write_outputs(result, target: Path, plots: bool) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from feedbench.core.choices import at_least, parse_names
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.workloads import get_row, get_shape
 from feedbench.scan.profiles import get_profile
 from feedbench.scan.stages import STAGES
 
@@ -43,6 +44,8 @@ class ScanConfig:
     monitor_interval_s: float = 0.25
     stall_timeout_s: float = 60.0  # no byte and no batch from any consumer this long: stalled
     loader: str | None = None  # measure a loaders backend end to end: torch, dali or wds
+    workload: str | None = None  # an MLPerf-Storage-shaped workload (feedbench.core.workloads)
+    accelerator: str | None = None  # the workload's accelerator row (default h100)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -90,12 +93,54 @@ def parse_passes(text: str) -> tuple[str, ...]:
     return parse_names(text, "--passes", PASSES)
 
 
+def apply_workload(config: ScanConfig, *, target_au_given: bool) -> ScanConfig:
+    """``config`` with what its workload's row (:mod:`feedbench.core.workloads`) gives where the
+    user gave nothing: the format, batch size, loader workers (DLIO's read threads) and AU
+    threshold; the step time comes in :func:`plan`."""
+    if config.workload is None:
+        if config.accelerator is not None:
+            raise FeedbenchError("--accelerator picks a workload's row: give --workload too")
+        return config
+    row = get_row(config.workload, config.accelerator)
+    config.workload, config.accelerator = row.workload, row.accelerator
+    if config.fmt == "auto":
+        config.fmt = get_shape(row.workload).fmt
+    if config.batch_size is None:
+        config.batch_size = row.batch_size
+    if config.workers is None:
+        config.workers = row.read_threads
+    if not target_au_given:
+        config.target_au = row.target_au
+    return config
+
+
+def _workload_plan(config: ScanConfig, bs: int) -> Plan:
+    """The workload row's step: its computation time per batch, scaled to the batch asked."""
+    row = get_row(config.workload or "", config.accelerator)
+    step_s = row.step_s * bs / row.batch_size
+    acc = {
+        "kind": "workload",
+        "name": f"{row.workload} on {row.accelerator_name}",
+        "workload": row.workload,
+        "accelerator": row.accelerator_name,
+        "samples_per_s": bs / step_s,
+        "step_s": step_s,
+        "batch_size": bs,
+        "workload_batch_size": row.batch_size,
+        "source": row.source,
+    }
+    return Plan(bs, step_s, acc)
+
+
 def plan(config: ScanConfig) -> Plan:
     given = [x for x in (config.step_s, config.rate, config.profile) if x is not None]
     if len(given) > 1:
         raise FeedbenchError("give one of --step-time, --rate and --profile, not several")
     if config.batch_size is not None and config.batch_size < 1:
         raise FeedbenchError("--batch-size must be at least 1")
+    if config.workload is not None and not given:
+        bs = config.batch_size or get_row(config.workload, config.accelerator).batch_size
+        return _workload_plan(config, bs)
     if config.profile is not None:
         prof = get_profile(config.profile)
         bs = config.batch_size or prof.batch_size

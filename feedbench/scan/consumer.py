@@ -1,8 +1,8 @@
 """The consumer loop: one consumer = one emulated GPU / DDP rank, its shard, its step loop.
 
 A consumer iterates only its own share of the dataset (:func:`consumer_units`: DistributedSampler
-semantics for image trees; whole shards, rank::world after a per-epoch seeded shuffle, for tar
-shards). Its loader workers (torch DataLoader processes over
+semantics for image trees and data files' samples; whole shards, rank::world after a per-epoch
+seeded shuffle, for tar shards). Its loader workers (torch DataLoader processes over
 :class:`~feedbench.scan.stream.StageStream`, the worker side) run the CPU stages and time each
 one; the consumer process waits for batches (the *data wait*), copies them to the GPU (transfer,
 when CUDA is present), and sleeps the emulated accelerator step. With an emulated step, steps
@@ -54,7 +54,7 @@ def consumer_units(source: Source, rank: int, world: int, *, seed: int, epoch: i
     from loaders.dist import shard_indices
 
     n = source.units()
-    if source.kind == "tree":
+    if source.kind in ("tree", "records"):  # sample by sample: files, or records in files
         return shard_indices(n, rank, world, shuffle=True, seed=seed, epoch=epoch)
     order = np.random.default_rng([seed, epoch]).permutation(n)
     return order[rank::world]

@@ -28,6 +28,8 @@ from feedbench.scan.sources import Source, detect
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
     source, notes = detect(config.path, config.fmt)
+    if source.kind == "records":
+        notes += _record_stages(config, source.fmt)
     # THE READING THREAD (local shards) only where reading is the whole job, the storage test
     # (`--stages read`): there the tar walk must not stand in for the storage. In a pipeline a
     # worker reads in series with its other stages, as a WebDataset worker does, and each stage's
@@ -48,6 +50,20 @@ def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
         read_thread=config.read_thread,
     )
     return source, notes
+
+
+def _record_stages(config: ScanConfig, fmt: str) -> list[str]:
+    """Data files go through read and their format's decode only (augment, collate and
+    transfer are image stages): ``config.stages`` cut to those, and a note when that drops one."""
+    from loaders.data.records import has_decode
+
+    allowed = ("read", "decode") if has_decode(fmt) else ("read",)
+    kept = tuple(s for s in config.stages if s in allowed)
+    dropped = [s for s in config.stages if s not in allowed]
+    config.stages = kept
+    if not dropped:
+        return []
+    return [f"format {fmt}: stages {','.join(kept)} ({','.join(dropped)}: images only)"]
 
 
 def _check_direct(source: Source) -> None:

@@ -210,7 +210,7 @@ def _last_line(text: str) -> str:
 def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) -> ScanResult:
     dataset = DatasetInfo(
         path=config.path if source.remote else os.path.abspath(config.path),
-        format=source.kind,
+        format=source.fmt if source.kind == "records" else source.kind,
         files=len(source.files()),
         bytes=source.total_bytes(),
         samples=source.samples_hint(),
@@ -252,13 +252,19 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
         elif config.direct:
             why = "with --direct there is no page cache to fill"
         elif source.kind != "shards":
-            why = "it applies to tar shards, not an image tree"
+            why = "it applies to tar shards only"
         elif config.loader is not None:
             why = "it does not apply to --loader, which reads with the loader's own reader"
         if why:
             raise FeedbenchError(f"--read-ahead: {config.path}: {why}")
     if source.remote and config.loader is not None:
         raise FeedbenchError("--loader reads local paths; scan the URL without --loader")
+    if source.kind == "records" and config.loader is not None:
+        raise FeedbenchError(f"--loader reads image trees and tar shards, not {source.fmt} files")
+    if config.direct and source.kind == "records" and not source.sample_is_file():
+        raise FeedbenchError(
+            f"--direct reads whole files; {source.fmt} samples lie at unaligned offsets in theirs"
+        )
     if config.direct:
         _check_direct(source)
     biggest = max(config.consumers)
@@ -267,7 +273,7 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
             f"{source.units()} tar shards cannot feed {biggest} consumers: each consumer reads "
             "whole shards; use fewer consumers or more shards"
         )
-    if source.kind == "tree":
+    if source.kind in ("tree", "records"):
         _check_warmup(config.warmup_batches, batches_per_consumer(source.units(), biggest, p))
     return source, notes, p
 
@@ -303,9 +309,10 @@ def scan(
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
     source, notes, p = validate(config)
-    if not source.remote:
+    if not source.remote and source.kind != "records":
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
-    with shared_listing(source, config.path, config.fmt):  # consumers do not list it again
+    # consumers do not list it again (a URL's objects, data files' sample index: record headers)
+    with shared_listing(source, config.path, config.fmt):
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 
 

@@ -1,6 +1,7 @@
 """The stages a sample goes through: plain functions, timed by the caller.
 
-read (in :mod:`feedbench.scan.sources`) → decode → augment → collate → transfer. Each function
+read (in :mod:`feedbench.scan.sources`) → decode → augment → collate → transfer (data files
+other than images: read → decode, as their format has one). Each function
 here does exactly the work of its stage and nothing else, so the time around a call is the
 stage's cost.
 """
@@ -32,6 +33,18 @@ def decode(data: bytes) -> Image.Image:
         raise DecodeError(str(e) or type(e).__name__) from e
     except Image.DecompressionBombError as e:
         raise DecodeError(str(e)) from e
+
+
+def decode_record(source, raw):
+    """A data file's sample decoded as its format says (npy/npz → arrays, TFRecord → the
+    payload with its checksums checked, HDF5 → a row, Parquet → a table):
+    :meth:`feedbench.scan.sources.Source.decode`."""
+    from loaders.data.records import RecordFormatError
+
+    try:
+        return source.decode(raw)
+    except RecordFormatError as e:
+        raise DecodeError(str(e)) from None
 
 
 class Augment:

@@ -4,6 +4,7 @@ measured for one batch, accounted by the consumer loop (:mod:`feedbench.scan.con
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +36,13 @@ class BatchTimes:
     def add(self, stage: str, seconds: float, nbytes: int = 0) -> None:
         self.busy_s[stage] = self.busy_s.get(stage, 0.0) + seconds
         self.in_bytes[stage] = self.in_bytes.get(stage, 0) + nbytes
+
+
+def _decoder(source: Source):
+    """``decode(raw sample)`` for the source's samples: images, or a data file's format."""
+    if source.kind == "records":
+        return functools.partial(st.decode_record, source)
+    return lambda raw: st.decode(raw.data)
 
 
 class StageStream(IterableDataset):
@@ -71,9 +79,10 @@ class StageStream(IterableDataset):
         do_collate = "collate" in self.stages
         times = BatchTimes()
         batch: list[Any] = []
-        shards = self.source.kind == "shards"
-        if shards:
+        per_file = self.source.sample_is_file()
+        if self.source.kind == "shards":
             times.files = len(units)
+        decode = _decoder(self.source)
 
         def flush() -> tuple[Any, BatchTimes]:
             nonlocal times
@@ -90,7 +99,7 @@ class StageStream(IterableDataset):
         # views: each sample is done with (decoded, or counted and dropped) before the next
         for raw in self.source.iter_samples(units, views=True):
             times.read_bytes += raw.read_bytes
-            if not shards:
+            if per_file:
                 times.files += 1
             times.add("read", raw.read_s, raw.read_bytes)
             times.read_latencies.append(raw.read_s)
@@ -103,7 +112,7 @@ class StageStream(IterableDataset):
             if do_decode:
                 t0 = time.perf_counter()
                 try:
-                    item = st.decode(raw.data)
+                    item = decode(raw)
                 except st.DecodeError as e:
                     times.errors += 1
                     if len(times.error_list) < KEEP_ERRORS:

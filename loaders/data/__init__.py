@@ -5,8 +5,10 @@ feedbench's scan alike, so both see the same samples.
 * :mod:`~loaders.data.patterns`: brace lists and globs, for paths and URLs;
 * :mod:`~loaders.data.remote`: ``s3://`` and ``http(s)://`` through fsspec, with timeouts and
   credentials kept out of anything shown;
-* :mod:`~loaders.data.layout`: what is at a path or URL (tree or shards), listed once;
+* :mod:`~loaders.data.layout`: what is at a path or URL (tree, shards or data files), listed once;
 * :mod:`~loaders.data.readers` and :mod:`~loaders.data.tar`: timed reads and THE tar reader;
+* :mod:`~loaders.data.records` and :mod:`~loaders.data.tfrecord`: data files that are not
+  images (raw files, npy/npz, TFRecord): their sample table, bounded reads, decode;
 * :mod:`~loaders.data.index`: the sample index the backends read.
 
 A new source format goes here: a layout kind in ``layout``, its reader beside ``tar``.
@@ -17,6 +19,7 @@ from loaders.data.index import SampleIndex, StringTable, open_index
 from loaders.data.layout import FORMATS, Layout, Skipped, locate
 from loaders.data.patterns import expand, has_pattern
 from loaders.data.readers import FileReader, read_file
+from loaders.data.records import RECORD_FORMATS, RecordTable
 from loaders.data.remote import StreamReader, is_url, redact_url
 from loaders.data.tar import RawSample, TarFormatError, iter_shard
 
@@ -25,7 +28,9 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "FileReader",
     "Layout",
+    "RECORD_FORMATS",
     "RawSample",
+    "RecordTable",
     "SampleIndex",
     "Skipped",
     "StreamReader",

@@ -120,6 +120,11 @@ def open_index(source, fmt: str = "auto") -> SampleIndex:
     if layout.remote:
         scheme = layout.root.split("://", 1)[0]
         raise LoaderError(f"the loaders read local paths, not {scheme}:// URLs")
+    if layout.kind == "records":
+        raise LoaderError(
+            f"the loaders read image trees and tar shards, not {layout.fmt} files "
+            "(feedbench scan reads those)"
+        )
     return _index_tree(layout) if layout.kind == "tree" else _index_shards(layout)
 
 

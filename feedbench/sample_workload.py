@@ -1,0 +1,135 @@
+"""Datasets shaped like an MLPerf Storage workload (:mod:`feedbench.core.workloads`): its
+format, samples per file and sample sizes with their spread, filling a size in GB.
+
+Deterministic: sample sizes come from ``numpy.random.default_rng([seed, SIZES])`` and sample
+``i``'s bytes from ``default_rng([seed, i])``, so a seed gives byte-identical files. Sizes are
+drawn from a lognormal with the workload's mean and standard deviation (positive, and skewed as
+real file sizes are: resnet50's spread exceeds its mean). Payloads are random bytes, which no
+storage layer can compress or deduplicate. Too small a ``size_gb`` for :data:`MIN_SAMPLES`
+samples of the real mean scales every sample down (the scale is recorded), so tests can write
+the same shape in a few MB.
+
+Written under ``OUT/data/``: ``unet3d`` as one ``.npz`` per sample (arrays ``x``, the payload
+as uint8, and ``y``, a label), ``resnet50`` and ``cosmoflow`` as ``.tfrecord`` files of framed
+records (:mod:`loaders.data.tfrecord`); ``OUT/feedbench-sample.json`` records what was made.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zipfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from feedbench import __version__
+from feedbench.core.errors import FeedbenchError
+from feedbench.core.workloads import Shape, get_shape
+from loaders.data import tfrecord
+
+MIN_SAMPLES = 32
+MIN_FILES = 4  # small datasets still spread over this many files, so ranks share files
+SIZES = 0x5A3E  # the size stream's key, apart from every sample index's
+DATA_DIR = "data"
+MANIFEST = "feedbench-sample.json"
+EXTENSIONS = {"npz": ".npz", "tfrecord": ".tfrecord"}
+
+
+@dataclass
+class WorkloadSummary:
+    out: str
+    workload: str
+    fmt: str
+    seed: int
+    files: int
+    samples: int
+    samples_per_file: int
+    bytes: int  # sample payload bytes (files hold a little framing more)
+    mean_sample_bytes: float
+    std_sample_bytes: float
+    scale: float  # sample sizes relative to the workload's (1.0: its real sizes)
+
+
+def sample_sizes(shape: Shape, size_gb: float, seed: int) -> tuple[np.ndarray, float]:
+    """Every sample's size in bytes, and the scale applied to fit ``size_gb``."""
+    target = size_gb * 1e9
+    n = max(MIN_SAMPLES, round(target / shape.sample_bytes))
+    scale = min(1.0, target / (n * shape.sample_bytes))
+    mean = shape.sample_bytes * scale
+    sigma2 = math.log1p((shape.sample_bytes_std / shape.sample_bytes) ** 2)
+    rng = np.random.default_rng([seed, SIZES])
+    drawn = rng.lognormal(math.log(mean) - sigma2 / 2, math.sqrt(sigma2), n)
+    return np.maximum(64, np.rint(drawn)).astype(np.int64), scale
+
+
+def payload(seed: int, index: int, nbytes: int) -> bytes:
+    return np.random.default_rng([seed, index]).bytes(int(nbytes))
+
+
+def _write_npz(path: Path, data: bytes, label: int) -> None:
+    """What ``numpy.savez`` writes (stored, uncompressed), but with a fixed member time: savez
+    stamps the current time into the zip, so its files differ from run to run."""
+    arrays = {"x": np.frombuffer(data, dtype=np.uint8), "y": np.int64(label)}
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
+        for name, array in arrays.items():
+            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            with zf.open(info, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+
+
+def make_workload(
+    out: str | os.PathLike[str],
+    workload: str,
+    size_gb: float,
+    *,
+    seed: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> WorkloadSummary:
+    """Write ``workload``'s shape filling about ``size_gb`` under ``out`` (new or empty);
+    ``progress(bytes)`` after each sample."""
+    shape = get_shape(workload)
+    if not size_gb > 0:
+        raise FeedbenchError(f"--size must be positive (GB), got {size_gb}")
+    root = Path(out)
+    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        raise FeedbenchError(f"{root} is not a new or empty directory")
+    sizes, scale = sample_sizes(shape, size_gb, seed)
+    per_file = min(shape.samples_per_file, max(1, math.ceil(len(sizes) / MIN_FILES)))
+    if shape.fmt == "npz":
+        per_file = 1  # an npz holds one sample (DLIO's unet3d)
+    try:
+        files = _write(root / DATA_DIR, shape, sizes, per_file, seed, progress)
+    except OSError as e:
+        raise FeedbenchError(f"cannot write to {e.filename or root}: {e.strerror or e}") from None
+    summary = WorkloadSummary(
+        str(root), shape.name, shape.fmt, seed, files, len(sizes), per_file, int(sizes.sum()),
+        float(sizes.mean()), float(sizes.std()), scale,
+    )  # fmt: skip
+    manifest = {"made_by": f"feedbench {__version__}", "workload": asdict(summary)}
+    manifest["workload"]["source"] = shape.source
+    del manifest["workload"]["out"]
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def _write(folder: Path, shape: Shape, sizes: np.ndarray, per_file: int, seed: int, progress):
+    """The data files; returns how many."""
+    folder.mkdir(parents=True, exist_ok=True)
+    n_files = math.ceil(len(sizes) / per_file)
+    ext = EXTENSIONS[shape.fmt]
+    for k in range(n_files):
+        path = folder / f"{shape.name}-{k:06d}-of-{n_files:06d}{ext}"
+        first, last = k * per_file, min(len(sizes), (k + 1) * per_file)
+        if shape.fmt == "npz":  # one sample per file
+            _write_npz(path, payload(seed, first, sizes[first]), first % 1000)
+        else:
+            with open(path, "wb") as f:
+                for i in range(first, last):
+                    f.write(tfrecord.frame(payload(seed, i, sizes[i])))
+        if progress is not None:
+            progress(int(sizes[first:last].sum()))
+    return n_files
