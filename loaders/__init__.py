@@ -2,7 +2,9 @@
 
 ``build_loader(source, backend, batch_size, ...)`` returns an iterable of ``(images, labels)``:
 images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
-CPU; the same ``len()`` on every rank; a new order every epoch (``set_epoch``, or automatically).
+CPU; in training the same ``len()`` on every rank and a new order every epoch (``set_epoch``, or
+automatically); with ``train=False`` every sample exactly once over the ranks (exact evaluation).
+``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway.
 Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,
 :mod:`loaders.dali_backend`) and ``"wds"`` (WebDataset, :mod:`loaders.wds_backend`). The length and
 padding rule shared by all three is in :mod:`loaders.base`.
@@ -136,6 +138,12 @@ def build_loader(
     else torchrun's environment, else torch.distributed (:func:`loaders.dist.discover`).
     ``return_keys=True`` yields ``(images, labels, keys)``; keys are sample indices into
     ``loader.index``.
+
+    ``train=False`` is exact evaluation: every sample once over all ranks, no padding, no shuffle,
+    resize and center crop; lengths may then differ between ranks by a sample (wds: by what their
+    whole shards hold), which is safe without a collective per step (see :mod:`loaders.base`).
+    Resumption: :meth:`LoaderBase.state_dict` (torch: also on another world size midway through
+    an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
