@@ -20,7 +20,13 @@ from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
-from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD, denormalize, resolve_dtype
+from loaders.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TransformSpec,
+    denormalize,
+    resolve_dtype,
+)
 
 BACKENDS = ("torch", "dali", "wds")
 
@@ -34,6 +40,7 @@ __all__ = [
     "MissingDependencyError",
     "SampleIndex",
     "Skipped",
+    "TransformSpec",
     "backend_options",
     "build_loader",
     "denormalize",
@@ -116,6 +123,12 @@ def build_loader(
     drop_last: bool = False,
     return_keys: bool = False,
     source_format: str = "auto",
+    crop_scale: tuple[float, float] = (0.08, 1.0),
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = True,
+    mean: tuple[float, float, float] = IMAGENET_MEAN,
+    std: tuple[float, float, float] = IMAGENET_STD,
+    resize_size: int | None = None,
     **options,
 ) -> LoaderBase:
     """A loader over ``source`` for this rank. See the module docstring; per backend options:
@@ -138,6 +151,12 @@ def build_loader(
     else torchrun's environment, else torch.distributed (:func:`loaders.dist.discover`).
     ``return_keys=True`` yields ``(images, labels, keys)``; keys are sample indices into
     ``loader.index``.
+
+    Transforms, the same on every backend (:class:`loaders.transforms.TransformSpec`): training
+    crops ``crop_scale`` of the area at aspect ratios ``crop_ratio`` and flips if ``flip``;
+    evaluation resizes the shorter side to ``resize_size`` (default ``image_size / 0.875``) and
+    center crops ``image_size``; both normalise with ``mean`` / ``std`` (RGB, on 0…1 pixels) to
+    ``dtype``.
 
     ``train=False`` is exact evaluation: every sample once over all ranks, no padding, no shuffle,
     resize and center crop; lengths may then differ between ranks by a sample (wds: by what their
@@ -166,6 +185,7 @@ def build_loader(
         channels_last=channels_last,
         drop_last=drop_last,
         return_keys=return_keys,
+        transform=TransformSpec(crop_scale, crop_ratio, flip, mean, std, resize_size),
     )
     if workers is None:
         workers = default_workers(info.local_world_size)

@@ -30,7 +30,7 @@ import torch
 from loaders.data import SampleIndex, Skipped
 from loaders.dist import DistInfo, eval_indices
 from loaders.resume import STATE_FORMAT, ResumePoint, check_state
-from loaders.transforms import Normalize
+from loaders.transforms import Normalize, TransformSpec
 
 
 def start_workers(dataloader) -> Iterator:
@@ -98,6 +98,7 @@ class LoaderBase:
         channels_last: bool,
         drop_last: bool,
         return_keys: bool,
+        transform: TransformSpec | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
@@ -112,6 +113,8 @@ class LoaderBase:
         self.channels_last = channels_last
         self.drop_last = drop_last
         self.return_keys = return_keys
+        self.transform = transform or TransformSpec()
+        self.transform.eval_resize(image_size)  # a resize smaller than the output is refused
         if train:
             self.samples_per_rank = math.ceil(len(index) / info.world_size)
         else:
@@ -123,7 +126,8 @@ class LoaderBase:
         self._position: dict | None = None
         self._skipped: list[Skipped] = list(index.skipped)
         self._lock = threading.Lock()
-        self.normalize = Normalize(device, dtype, channels_last)
+        t = self.transform
+        self.normalize = Normalize(device, dtype, channels_last, t.mean, t.std)
 
     # --- the public surface ---------------------------------------------------------------
     @property

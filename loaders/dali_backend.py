@@ -8,10 +8,11 @@ Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size, ``pad_las
 file reader walks to the next shard each epoch (``stick_to_shard=False``), the webdataset reader
 re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``).
 
-Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop area 0.08–1, ratio 3/4–4/3)
+Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop, area and ratio from the
+transform options, :class:`loaders.transforms.TransformSpec`)
 or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the hardware JPEG
 decoder for ``hw_decoder_load`` of the images, 0.99 by default), ``fn.resize`` to the output
-size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW,
+size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, mean/std, CHW,
 or HWC when ``channels_last``). Files are read with plain reads for trees and mapped for shards
 (``dont_use_mmap``; the faster of the two for each, BENCHMARKS.md "Loaders"). Without a GPU
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
@@ -71,7 +72,6 @@ from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
 from loaders.resume import ResumePoint
-from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
@@ -288,16 +288,17 @@ class DaliLoader(LoaderBase):
 
     def _decode(self, jpegs):
         """(images at the output size or larger, mirror flag): train = RandomResizedCrop and a
-        random flip; eval = resize the shorter side to size / 0.875."""
+        random flip; eval = resize the shorter side (:class:`loaders.transforms.TransformSpec`)."""
         from nvidia.dali import fn, types
 
         size = self.image_size
         if self.train:
+            t = self.transform
             images = fn.decoders.image_random_crop(
                 jpegs,
                 output_type=types.RGB,
-                random_area=[0.08, 1.0],
-                random_aspect_ratio=[3 / 4, 4 / 3],
+                random_area=list(t.scale),
+                random_aspect_ratio=list(t.ratio),
                 num_attempts=100,
                 **self._decode_args(),
             )
@@ -308,18 +309,18 @@ class DaliLoader(LoaderBase):
                 interp_type=types.INTERP_LINEAR,
                 antialias=True,
             )
-            return images, fn.random.coin_flip(probability=0.5)
+            return images, fn.random.coin_flip(probability=0.5) if t.flip else 0
         images = fn.decoders.image(jpegs, output_type=types.RGB, **self._decode_args())
         images = fn.resize(
             images,
-            resize_shorter=round(size / 0.875),
+            resize_shorter=self.transform.eval_resize(size),
             interp_type=types.INTERP_LINEAR,
             antialias=True,
         )
         return images, 0
 
     def _normalise(self, images, mirror):
-        """Center crop to the output size, flip, ImageNet mean/std, CHW (HWC: channels_last)."""
+        """Center crop to the output size, flip, mean/std, CHW (HWC: channels_last)."""
         from nvidia.dali import fn, types
 
         if self.gpu and self.decode == "cpu":
@@ -330,8 +331,8 @@ class DaliLoader(LoaderBase):
             dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,
             output_layout="HWC" if self.channels_last else "CHW",
             crop=(size, size),
-            mean=[m * 255.0 for m in IMAGENET_MEAN],
-            std=[s * 255.0 for s in IMAGENET_STD],
+            mean=[m * 255.0 for m in self.transform.mean],
+            std=[s * 255.0 for s in self.transform.std],
             mirror=mirror,
         )
 

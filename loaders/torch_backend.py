@@ -222,7 +222,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         super().__init__(index, info, batch_size, **common)
         self.workers = workers
         pin = self.device.type == "cuda"
-        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ImageDataset(index, self.decoder, self.seed, info.rank, pin=pin)
         self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
         kwargs = worker_options(workers, prefetch, multiprocessing_context)

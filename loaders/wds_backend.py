@@ -342,7 +342,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         self.workers = workers
         pin = self.device.type == "cuda"
         self.pin = pin
-        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ShardStream(
             index,
             self.decoder,
