@@ -105,6 +105,19 @@ def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1
     return max(minimum, cores // max(1, local_world_size) - reserve)
 
 
+def _check_options(backend: str, options: dict) -> None:
+    """ValueError naming the backends, or the options the backend takes."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    known = backend_options(backend) if options else {}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"the {backend} backend takes no option {unknown[0]!r} "
+            f"(its options: {', '.join(sorted(known)) or 'none'})"
+        )
+
+
 def build_loader(
     source: str | os.PathLike[str] | SampleIndex,
     backend: str = "torch",
@@ -164,16 +177,7 @@ def build_loader(
     Resumption: :meth:`LoaderBase.state_dict` (torch: also on another world size midway through
     an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    if options:
-        known = backend_options(backend)
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(
-                f"the {backend} backend takes no option {unknown[0]!r} "
-                f"(its options: {', '.join(sorted(known)) or 'none'})"
-            )
+    _check_options(backend, options)
     info = discover(rank, world_size, local_rank)
     index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
     common = dict(
