@@ -262,13 +262,14 @@ class DaliLoader(LoaderBase):
             files = [index.paths[int(i)] for i in self._order]
             labels = [int(i) for i in self._order]  # the sample index: every batch's keys
             return fn.readers.file(files=files, labels=labels, **self._reader_args())
+        # evaluation: no reshuffle, and no seed for it (DALI warns about an unused one)
+        reshuffle = dict(shuffle_after_epoch=True, shuffle_after_epoch_seed=self.seed % (2**31 - 1))
         jpegs, cls = fn.readers.webdataset(
             paths=index.shards,
             index_paths=self._index_paths,
             ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
             missing_component_behavior="error",
-            shuffle_after_epoch=self.train,
-            shuffle_after_epoch_seed=self.seed % (2**31 - 1),
+            **(reshuffle if self.train else {}),
             **self._reader_args(),
         )
         digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
