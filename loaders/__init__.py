@@ -2,7 +2,9 @@
 
 ``build_loader(source, backend, batch_size, ...)`` returns an iterable of ``(images, labels)``:
 images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
-CPU; the same ``len()`` on every rank; a new order every epoch (``set_epoch``, or automatically).
+CPU; in training the same ``len()`` on every rank and a new order every epoch (``set_epoch``, or
+automatically); with ``train=False`` every sample exactly once over the ranks (exact evaluation).
+``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway.
 Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,
 :mod:`loaders.dali_backend`) and ``"wds"`` (WebDataset, :mod:`loaders.wds_backend`). The length and
 padding rule shared by all three is in :mod:`loaders.base`.
@@ -18,7 +20,13 @@ from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
-from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD, denormalize, resolve_dtype
+from loaders.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    TransformSpec,
+    denormalize,
+    resolve_dtype,
+)
 
 BACKENDS = ("torch", "dali", "wds")
 
@@ -32,6 +40,7 @@ __all__ = [
     "MissingDependencyError",
     "SampleIndex",
     "Skipped",
+    "TransformSpec",
     "backend_options",
     "build_loader",
     "denormalize",
@@ -96,6 +105,19 @@ def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1
     return max(minimum, cores // max(1, local_world_size) - reserve)
 
 
+def _check_options(backend: str, options: dict) -> None:
+    """ValueError naming the backends, or the options the backend takes."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
+    known = backend_options(backend) if options else {}
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ValueError(
+            f"the {backend} backend takes no option {unknown[0]!r} "
+            f"(its options: {', '.join(sorted(known)) or 'none'})"
+        )
+
+
 def build_loader(
     source: str | os.PathLike[str] | SampleIndex,
     backend: str = "torch",
@@ -114,6 +136,12 @@ def build_loader(
     drop_last: bool = False,
     return_keys: bool = False,
     source_format: str = "auto",
+    crop_scale: tuple[float, float] = (0.08, 1.0),
+    crop_ratio: tuple[float, float] = (3 / 4, 4 / 3),
+    flip: bool = True,
+    mean: tuple[float, float, float] = IMAGENET_MEAN,
+    std: tuple[float, float, float] = IMAGENET_STD,
+    resize_size: int | None = None,
     **options,
 ) -> LoaderBase:
     """A loader over ``source`` for this rank. See the module docstring; per backend options:
@@ -136,17 +164,20 @@ def build_loader(
     else torchrun's environment, else torch.distributed (:func:`loaders.dist.discover`).
     ``return_keys=True`` yields ``(images, labels, keys)``; keys are sample indices into
     ``loader.index``.
+
+    Transforms, the same on every backend (:class:`loaders.transforms.TransformSpec`): training
+    crops ``crop_scale`` of the area at aspect ratios ``crop_ratio`` and flips if ``flip``;
+    evaluation resizes the shorter side to ``resize_size`` (default ``image_size / 0.875``) and
+    center crops ``image_size``; both normalise with ``mean`` / ``std`` (RGB, on 0…1 pixels) to
+    ``dtype``.
+
+    ``train=False`` is exact evaluation: every sample once over all ranks, no padding, no shuffle,
+    resize and center crop; lengths may then differ between ranks by a sample (wds: by what their
+    whole shards hold), which is safe without a collective per step (see :mod:`loaders.base`).
+    Resumption: :meth:`LoaderBase.state_dict` (torch: also on another world size midway through
+    an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
-    if options:
-        known = backend_options(backend)
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise ValueError(
-                f"the {backend} backend takes no option {unknown[0]!r} "
-                f"(its options: {', '.join(sorted(known)) or 'none'})"
-            )
+    _check_options(backend, options)
     info = discover(rank, world_size, local_rank)
     index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
     common = dict(
@@ -158,6 +189,7 @@ def build_loader(
         channels_last=channels_last,
         drop_last=drop_last,
         return_keys=return_keys,
+        transform=TransformSpec(crop_scale, crop_ratio, flip, mean, std, resize_size),
     )
     if workers is None:
         workers = default_workers(info.local_world_size)

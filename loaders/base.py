@@ -1,11 +1,21 @@
-"""What every backend shares: the epoch counter, the equal-length rule, the device and the output.
+"""What every backend shares: the epoch counter, the length rules, resumption, the output.
 
-The length rule (every backend, every rank, every epoch): with ``N`` samples and ``W`` ranks, each
-rank yields ``S = ceil(N / W)`` samples, DistributedSampler-style, in ``ceil(S / B)`` batches (only
-the last may be smaller, and it has the same size on every rank), or ``S // B`` full batches with
-``drop_last=True``. The ``W·S − N`` extra samples are repeats (padding); how each backend chooses
-them is in its module docstring. The wds backend splits by whole shards, so its ``S`` is the
-largest number of samples any rank's shards can hold (see :mod:`loaders.wds_backend`).
+The training length rule (``train=True``; every backend, every rank, every epoch): with ``N``
+samples and ``W`` ranks, each rank yields ``S = ceil(N / W)`` samples, DistributedSampler-style,
+in ``ceil(S / B)`` batches (only the last may be smaller, and it has the same size on every rank),
+or ``S // B`` full batches with ``drop_last=True``. The ``W·S − N`` extra samples are repeats
+(padding); how each backend chooses them is in its module docstring. The wds backend splits by
+whole shards, so its ``S`` is the largest number of samples any rank's shards can hold (see
+:mod:`loaders.wds_backend`). Equal lengths are what DDP needs: every step all-reduces.
+
+The evaluation rule (``train=False``): every sample exactly once over all ranks, no padding, no
+shuffling; rank ``r`` reads the contiguous range :func:`loaders.dist.eval_indices` (``floor`` or
+``ceil`` of ``N / W`` samples; the wds backend: its whole shards, so ranks may differ by more).
+Lengths then differ between ranks, which is safe because evaluation runs no collective per step:
+gather the metrics once at the end (sums and counts through ``all_reduce``).
+
+Resumption: :meth:`LoaderBase.state_dict` and :meth:`LoaderBase.load_state_dict`
+(:mod:`loaders.resume`).
 """
 
 from __future__ import annotations
@@ -18,8 +28,9 @@ from collections.abc import Iterator
 import torch
 
 from loaders.data import SampleIndex, Skipped
-from loaders.dist import DistInfo
-from loaders.transforms import Normalize
+from loaders.dist import DistInfo, eval_indices
+from loaders.resume import STATE_FORMAT, ResumePoint, check_state
+from loaders.transforms import Normalize, TransformSpec
 
 
 def start_workers(dataloader) -> Iterator:
@@ -64,12 +75,14 @@ def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.
 class LoaderBase:
     """Iterable of ``(images, labels)`` (plus ``keys`` with ``return_keys``), equal length per rank.
 
-    Subclasses implement :meth:`_epoch_batches` (yield the batches of one epoch) and set
-    ``samples_per_rank``. ``iter()`` uses the epoch given to :meth:`set_epoch`, else the one after
-    the last epoch iterated, so forgetting ``set_epoch`` does not repeat an order.
+    Subclasses implement :meth:`_epoch_batches` (yield the batches of one epoch, from a resume
+    point if given) and set ``samples_per_rank``. ``iter()`` uses the epoch given to
+    :meth:`set_epoch`, else the one after the last epoch iterated, so forgetting ``set_epoch``
+    does not repeat an order.
     """
 
     backend = "base"
+    can_reshard = False  # whether an epoch can resume on another world size
 
     def __init__(
         self,
@@ -85,6 +98,7 @@ class LoaderBase:
         channels_last: bool,
         drop_last: bool,
         return_keys: bool,
+        transform: TransformSpec | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
@@ -99,12 +113,21 @@ class LoaderBase:
         self.channels_last = channels_last
         self.drop_last = drop_last
         self.return_keys = return_keys
-        self.samples_per_rank = math.ceil(len(index) / info.world_size)
+        self.transform = transform or TransformSpec()
+        self.transform.eval_resize(image_size)  # a resize smaller than the output is refused
+        if train:
+            self.samples_per_rank = math.ceil(len(index) / info.world_size)
+        else:
+            self.samples_per_rank = len(eval_indices(len(index), info.rank, info.world_size))
         self.epoch = -1  # the epoch being (or last) iterated
         self._next_epoch = 0
+        self._resume: ResumePoint | None = None  # from load_state_dict, for the next iteration
+        # the epoch being iterated: where it started and the batches and samples handed out
+        self._position: dict | None = None
         self._skipped: list[Skipped] = list(index.skipped)
         self._lock = threading.Lock()
-        self.normalize = Normalize(device, dtype, channels_last)
+        t = self.transform
+        self.normalize = Normalize(device, dtype, channels_last, t.mean, t.std)
 
     # --- the public surface ---------------------------------------------------------------
     @property
@@ -114,7 +137,10 @@ class LoaderBase:
 
     @property
     def padding_per_epoch(self) -> int:
-        """Repeated samples per epoch over all ranks: ``world · samples_per_rank − N``."""
+        """Repeated samples per epoch over all ranks: ``world · samples_per_rank − N`` (none in
+        evaluation)."""
+        if not self.train:
+            return 0
         return self.info.world_size * self.samples_per_rank - len(self.index)
 
     @property
@@ -129,17 +155,115 @@ class LoaderBase:
         return math.ceil(self.samples_per_rank / self.batch_size)
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch`` for the next iteration (also done automatically: epoch + 1 each time)."""
+        """Use ``epoch`` for the next iteration (also done automatically: epoch + 1 each time).
+
+        After :meth:`load_state_dict`, setting the state's epoch keeps the resume point; another
+        epoch drops it (that epoch starts from its beginning)."""
         if epoch < 0:
             raise ValueError(f"epoch must be ≥ 0, got {epoch}")
         self._next_epoch = int(epoch)
+        if self._resume is not None and self._resume.epoch != epoch:
+            self._resume = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._next_epoch
         self._next_epoch = epoch + 1
         self.epoch = epoch
-        for images, labels, keys in self._epoch_batches(epoch):
+        start = self._resume if self._resume is not None and self._resume.epoch == epoch else None
+        self._resume = None
+        point = start or ResumePoint(epoch)
+        # skipped batches are full ones: only an epoch's last batch may be smaller
+        done = point.batches * self.batch_size
+        self._position = {"point": point, "batches": point.batches, "samples": done}
+        for images, labels, keys in self._epoch_batches(epoch, start):
+            # counted before the caller gets the batch: a state taken now includes it
+            self._position["batches"] += 1
+            self._position["samples"] += len(labels)
             yield (images, labels, keys) if self.return_keys else (images, labels)
+        self._position = None
+
+    # --- resumption ---------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        """Where this loader is: the epoch, and the batches of it the caller has received.
+
+        A plain dict (``torch.save`` it with the model). A loader built with the same arguments
+        and given it by :meth:`load_state_dict` yields the rest of that epoch, the same batches
+        in the same order as this loader would have, then the next epochs as this one would.
+        Take it between batches (say every k steps, after the step). Batches prefetched beyond
+        the last one received are not counted: the resumed loader makes them again. torch and
+        wds: every rank's state is the same, one rank may save it; dali: each rank saves its own.
+        """
+        if self._resume is not None:  # loaded, not iterated yet
+            point, batches = self._resume, self._resume.batches
+            samples = batches * self.batch_size
+        elif self._position is not None:
+            point = self._position["point"]
+            batches, samples = self._position["batches"], self._position["samples"]
+        else:
+            point, batches, samples = ResumePoint(self._next_epoch), 0, 0
+        epoch, earlier = point.epoch, point.earlier
+        if batches and batches >= self._part_length(point):  # the epoch is done: the next one
+            epoch, batches, samples, earlier = epoch + 1, 0, 0, ()
+        return {
+            "format": STATE_FORMAT,
+            "backend": self.backend,
+            "epoch": epoch,
+            "batches": batches,
+            "samples": samples,  # received on this rank in this epoch (on this world size)
+            "world_size": self.info.world_size,
+            "rank": self.info.rank,
+            "earlier_worlds": [list(p) for p in earlier],
+            "num_samples": len(self.index),
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "train": self.train,
+            "drop_last": self.drop_last,
+            **self._backend_state(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume where ``state`` (from :meth:`state_dict`) was taken, at the next ``iter()``.
+
+        ValueError when the loader was built with other arguments, or when the world size
+        changed mid-epoch and this backend cannot deal the rest of an epoch to other ranks
+        (only the torch backend can; every backend can from an epoch's start)."""
+        check_state(state, self._state_identity())
+        earlier = tuple((int(w), int(b)) for w, b in state.get("earlier_worlds", []))
+        batches, world = state["batches"], state["world_size"]
+        if world != self.info.world_size and (batches or earlier):
+            if not self.can_reshard:
+                raise ValueError(
+                    f"the {self.backend} backend cannot resume an epoch on another world size "
+                    f"(saved on {world} ranks, now {self.info.world_size}): resume on {world} "
+                    "ranks, or from an epoch's start (only the torch backend can reshard)"
+                )
+            earlier, batches = (*earlier, (world, batches)), 0
+        if earlier and not self.can_reshard:
+            raise ValueError(f"the {self.backend} backend cannot resume a resharded epoch")
+        self._resume = ResumePoint(state["epoch"], batches, earlier, self._extra_state(state))
+        self._next_epoch = state["epoch"]
+
+    def _state_identity(self) -> dict:
+        return {
+            "backend": self.backend,
+            "num_samples": len(self.index),
+            "batch_size": self.batch_size,
+            "seed": self.seed,
+            "train": self.train,
+            "drop_last": self.drop_last,
+        }
+
+    def _part_length(self, point: ResumePoint) -> int:
+        """Batches of the epoch part that starts at ``point`` (its skipped batches included)."""
+        return len(self)
+
+    def _backend_state(self) -> dict:
+        """A backend's own entries in :meth:`state_dict`."""
+        return {}
+
+    def _extra_state(self, state: dict) -> dict:
+        """A backend's own part of a loaded ``state`` (checked), kept in the resume point."""
+        return {}
 
     def close(self) -> None:
         """Release workers and pipelines (also done when the loader is garbage-collected)."""
@@ -152,8 +276,9 @@ class LoaderBase:
 
     # --- for subclasses ---------------------------------------------------------------------
     def _epoch_batches(
-        self, epoch: int
+        self, epoch: int, start: ResumePoint | None
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+        """The batches of ``epoch``; from ``start`` (skipping its ``batches``) when resuming."""
         raise NotImplementedError
 
     def _record_skipped(self, items: list[Skipped]) -> None:

@@ -8,10 +8,11 @@ Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size, ``pad_las
 file reader walks to the next shard each epoch (``stick_to_shard=False``), the webdataset reader
 re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``).
 
-Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop area 0.08–1, ratio 3/4–4/3)
+Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop, area and ratio from the
+transform options, :class:`loaders.transforms.TransformSpec`)
 or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the hardware JPEG
 decoder for ``hw_decoder_load`` of the images, 0.99 by default), ``fn.resize`` to the output
-size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, ImageNet mean/std, CHW,
+size (antialiased linear) and ``fn.crop_mirror_normalize`` (random flip, mean/std, CHW,
 or HWC when ``channels_last``). Files are read with plain reads for trees and mapped for shards
 (``dont_use_mmap``; the faster of the two for each, BENCHMARKS.md "Loaders"). Without a GPU
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
@@ -26,15 +27,27 @@ an EMPTY last batch.) This loader then trims the last batch so that every rank y
 ``ceil(N/W)`` samples: its own shard, plus one repeat of its last sample where its shard is the
 shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as DistributedSampler.
 
+Evaluation (``train=False``): no shuffle, the tree's files in index order, and every rank always
+reads its own shard (``stick_to_shard``): DALI's contiguous split is
+:func:`loaders.dist.eval_indices`, and the trimming above stops at the rank's own sample count, so
+every sample is yielded exactly once and nothing is repeated.
+
+RESUMPTION: the pipeline is built with DALI's checkpointing, and :meth:`state_dict` carries the
+checkpoint DALI's iterator gives for the batches it has returned; a loader given that state rebuilds
+the pipeline from it, so the rest of the epoch and the epochs after it are those of the
+uninterrupted run. The checkpoint is this rank's: each rank saves and loads its own, and the world
+size cannot change midway through an epoch.
+
 On a GPU the host waits for the caller's stream before handing over each batch (``pace``, see
 PACING below).
 
 Batches live in DALI's output buffers, which it reuses: use (or copy) a batch before asking for the
 next one, as a training step does.
 
-Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch (e.g. to
-resume) rebuilds the pipeline seeded by ``(seed, e)``: the order is again a pure function of
-``(seed, e, rank)``.
+Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch rebuilds
+the pipeline seeded by ``(seed, e)``: the order is then a pure function of ``(seed, e, rank)``, but
+not the one an uninterrupted run had in epoch e (DALI's order runs on across epochs): to resume a
+run as it was, use the state (RESUMPTION above).
 
 Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
 it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
@@ -58,7 +71,7 @@ from loaders.data import SampleIndex, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
-from loaders.transforms import IMAGENET_MEAN, IMAGENET_STD
+from loaders.resume import ResumePoint
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
@@ -168,18 +181,21 @@ class DaliLoader(LoaderBase):
             self._tmp = tempfile.TemporaryDirectory(prefix="loaders-dali-idx-")
             self._index_paths = write_dali_indexes(index, self._tmp.name)
             self._key_of: dict[tuple[str, str], int] | None = None
-        else:
+        elif self.train:
             # one fixed, seeded order of the list: shards hold every class whatever the tree order
             self._order = np.random.default_rng([self.seed, 0xF11E]).permutation(len(index))
+        else:  # evaluation: the index order, split into the ranges of loaders.dist.eval_indices
+            self._order = np.arange(len(index))
         # on the host: the batch's keys arrive there, and indexing a GPU table with host indices
         # would copy them synchronously (a wait for the training stream every batch)
         self._class_of = torch.from_numpy(index.labels)
         self._iterator = None
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
+        self._left: dict | None = None  # the pipeline's state when an epoch was left midway
 
     # --- the pipeline -------------------------------------------------------------------------
-    def _build(self, epoch: int) -> None:
+    def _build(self, epoch: int, checkpoint: bytes | None = None) -> None:
         from nvidia.dali import pipeline_def
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -189,6 +205,7 @@ class DaliLoader(LoaderBase):
             device_id=self.device.index if self.gpu else None,
             seed=_pipe_seed(self.seed, self.info.rank, epoch),
             prefetch_queue_depth=self.prefetch,
+            enable_checkpointing=True,  # state_dict; DALI documents no cost
         )
         def pipeline():
             jpegs, extra = self._read()
@@ -199,7 +216,8 @@ class DaliLoader(LoaderBase):
             return tuple(outputs)
 
         self.close()
-        pipe = pipeline()
+        self._left = None
+        pipe = pipeline(checkpoint=checkpoint)
         names = ["images", "extra"] + (["source"] if self._with_source else [])
         try:
             self._iterator = DALIGenericIterator(
@@ -226,6 +244,8 @@ class DaliLoader(LoaderBase):
             num_shards=self.info.world_size,
             pad_last_batch=True,
             random_shuffle=self.train,
+            # evaluation: always this rank's own contiguous range (loaders.dist.eval_indices)
+            stick_to_shard=not self.train,
             initial_fill=max(1, self.shuffle_buffer),
             prefetch_queue_depth=self.prefetch,
             dont_use_mmap=self.dont_use_mmap,
@@ -241,16 +261,15 @@ class DaliLoader(LoaderBase):
             assert index.paths is not None
             files = [index.paths[int(i)] for i in self._order]
             labels = [int(i) for i in self._order]  # the sample index: every batch's keys
-            return fn.readers.file(
-                files=files, labels=labels, stick_to_shard=False, **self._reader_args()
-            )
+            return fn.readers.file(files=files, labels=labels, **self._reader_args())
+        # evaluation: no reshuffle, and no seed for it (DALI warns about an unused one)
+        reshuffle = dict(shuffle_after_epoch=True, shuffle_after_epoch_seed=self.seed % (2**31 - 1))
         jpegs, cls = fn.readers.webdataset(
             paths=index.shards,
             index_paths=self._index_paths,
             ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
             missing_component_behavior="error",
-            shuffle_after_epoch=self.train,
-            shuffle_after_epoch_seed=self.seed % (2**31 - 1),
+            **(reshuffle if self.train else {}),
             **self._reader_args(),
         )
         digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
@@ -270,16 +289,17 @@ class DaliLoader(LoaderBase):
 
     def _decode(self, jpegs):
         """(images at the output size or larger, mirror flag): train = RandomResizedCrop and a
-        random flip; eval = resize the shorter side to size / 0.875."""
+        random flip; eval = resize the shorter side (:class:`loaders.transforms.TransformSpec`)."""
         from nvidia.dali import fn, types
 
         size = self.image_size
         if self.train:
+            t = self.transform
             images = fn.decoders.image_random_crop(
                 jpegs,
                 output_type=types.RGB,
-                random_area=[0.08, 1.0],
-                random_aspect_ratio=[3 / 4, 4 / 3],
+                random_area=list(t.scale),
+                random_aspect_ratio=list(t.ratio),
                 num_attempts=100,
                 **self._decode_args(),
             )
@@ -290,18 +310,18 @@ class DaliLoader(LoaderBase):
                 interp_type=types.INTERP_LINEAR,
                 antialias=True,
             )
-            return images, fn.random.coin_flip(probability=0.5)
+            return images, fn.random.coin_flip(probability=0.5) if t.flip else 0
         images = fn.decoders.image(jpegs, output_type=types.RGB, **self._decode_args())
         images = fn.resize(
             images,
-            resize_shorter=round(size / 0.875),
+            resize_shorter=self.transform.eval_resize(size),
             interp_type=types.INTERP_LINEAR,
             antialias=True,
         )
         return images, 0
 
     def _normalise(self, images, mirror):
-        """Center crop to the output size, flip, ImageNet mean/std, CHW (HWC: channels_last)."""
+        """Center crop to the output size, flip, mean/std, CHW (HWC: channels_last)."""
         from nvidia.dali import fn, types
 
         if self.gpu and self.decode == "cpu":
@@ -312,8 +332,8 @@ class DaliLoader(LoaderBase):
             dtype=types.FLOAT16 if self.dtype == torch.float16 else types.FLOAT,
             output_layout="HWC" if self.channels_last else "CHW",
             crop=(size, size),
-            mean=[m * 255.0 for m in IMAGENET_MEAN],
-            std=[s * 255.0 for s in IMAGENET_STD],
+            mean=[m * 255.0 for m in self.transform.mean],
+            std=[s * 255.0 for s in self.transform.std],
             mirror=mirror,
         )
 
@@ -323,12 +343,14 @@ class DaliLoader(LoaderBase):
 
         return fn.pad(fn.get_property(jpegs, key="source_info"), fill_value=0, shape=[1024])
 
-    # --- one epoch ----------------------------------------------------------------------------
-    def _epoch_batches(self, epoch: int):
-        if self._iterator is None or epoch != self._dali_epoch or self._midway:
+    # --- one epoch ---------------------------------------------------------------------------
+    def _epoch_batches(self, epoch: int, start: ResumePoint | None):
+        if not self._restore(epoch, start) and (
+            self._iterator is None or epoch != self._dali_epoch or self._midway
+        ):
             self._build(epoch)
         assert self._iterator is not None
-        remaining = self.samples_per_rank
+        remaining = self.samples_per_rank - (start.batches * self.batch_size if start else 0)
         finished = False
         self._midway = True
         try:
@@ -337,7 +359,7 @@ class DaliLoader(LoaderBase):
                 n = min(self.batch_size, remaining)
                 remaining -= n
                 if n == 0 or (self.drop_last and n < self.batch_size):
-                    continue  # DALI's padding beyond ceil(N/W), or a partial batch dropped
+                    continue  # DALI's padding beyond this rank's samples, or a partial batch
                 batch = self._outputs(out, n)
                 if self.gpu and self.pace:
                     self._wait_for_caller()
@@ -351,7 +373,57 @@ class DaliLoader(LoaderBase):
                 self._dali_epoch = epoch + 1
                 self._midway = False
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
+                self._left = self._checkpoint()  # what state_dict reports from now on
                 self._iterator = None
+
+    # --- resumption ---------------------------------------------------------------------------
+    def _checkpoint(self) -> dict:
+        """The pipeline's state (DALI's checkpoint, counting the batches the iterator returned,
+        not what DALI prefetched), the epoch its reader is in, and whether it is midway."""
+        if self._iterator is None:
+            return self._left or {"checkpoint": None, "epoch": 0, "midway": False}
+        cpt = self._iterator.checkpoints()[0]
+        return {"checkpoint": bytes(cpt), "epoch": self._dali_epoch, "midway": self._midway}
+
+    def _backend_state(self) -> dict:
+        """DALI's own state: per rank (the pipeline reads this rank's shard) and per epoch
+        position; its order runs on across epochs, so only its checkpoint can reproduce it."""
+        pending = self._resume.extra if self._resume is not None else None
+        return {"shuffle_buffer": self.shuffle_buffer, "dali": pending or self._checkpoint()}
+
+    def _extra_state(self, state: dict) -> dict:
+        if state.get("shuffle_buffer") != self.shuffle_buffer:
+            raise ValueError(
+                f"the loader state was saved with shuffle_buffer={state.get('shuffle_buffer')!r},"
+                f" this loader has {self.shuffle_buffer!r}: DALI's order depends on it"
+            )
+        dali = state.get("dali")
+        if not isinstance(dali, dict) or state["world_size"] != self.info.world_size:
+            return {}  # an epoch's start on another world size: a new pipeline
+        if dali.get("checkpoint") is not None and state.get("rank") != self.info.rank:
+            raise ValueError(
+                f"this dali loader state is rank {state.get('rank')}'s, not rank "
+                f"{self.info.rank}'s: the dali backend's state is per rank (each rank saves and "
+                "loads its own; gather them with torch.distributed.all_gather_object)"
+            )
+        return dict(dali)
+
+    def _restore(self, epoch: int, start: ResumePoint | None) -> bool:
+        """Build the pipeline from a loaded checkpoint, if it is where ``epoch`` resumes: in
+        that epoch, or at the end of the one before (then its padding batches are drained)."""
+        dali = start.extra if start is not None else {}
+        cpt, at, midway = dali.get("checkpoint"), dali.get("epoch"), dali.get("midway")
+        if cpt is None or not (at == epoch or (midway and at == epoch - 1)):
+            if start is not None and start.batches:
+                raise ValueError("the dali loader state has no pipeline checkpoint to resume")
+            return False
+        self._build(at, checkpoint=cpt)
+        self._dali_epoch, self._midway = at, bool(midway)
+        if at == epoch - 1:
+            for _ in self._iterator:  # the padding left of the epoch before
+                pass
+            self._dali_epoch, self._midway = epoch, False
+        return True
 
     def _wait_for_caller(self) -> None:
         """PACING: mark the caller's stream at this handover, and wait for the mark made

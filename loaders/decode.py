@@ -25,10 +25,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from loaders.transforms import TransformSpec
+
 DECODERS = ("auto", "simplejpeg", "pil", "opencv")
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
-EVAL_CROP_FRACTION = 0.875  # resize to size / 0.875 (256 for 224), then centre-crop size
 
 
 class DecodeError(Exception):
@@ -58,9 +59,12 @@ def random_resized_crop_box(
     return (width - w) // 2, (height - h) // 2, w, h
 
 
-def center_crop_box(width: int, height: int, size: int) -> tuple[int, int, int, int]:
-    """Resize-shorter-to ``size / 0.875`` then centre-crop ``size``, as a box in the original."""
-    side = min(width, height) * EVAL_CROP_FRACTION
+def center_crop_box(
+    width: int, height: int, size: int, resize: int | None = None
+) -> tuple[int, int, int, int]:
+    """Resize-shorter-to ``resize`` (default ``size / 0.875``) then centre-crop ``size``, as a box
+    in the original."""
+    side = min(width, height) * (size / resize if resize else 0.875)
     w = h = max(1, int(round(side)))
     return (width - w) // 2, (height - h) // 2, w, h
 
@@ -80,7 +84,13 @@ def _is_jpeg(data: bytes) -> bool:
 class CpuDecoder:
     """bytes → ``size``×``size``×3 uint8, written into a caller's slot; picklable (no state)."""
 
-    def __init__(self, size: int = 224, train: bool = True, decoder: str = "auto") -> None:
+    def __init__(
+        self,
+        size: int = 224,
+        train: bool = True,
+        decoder: str = "auto",
+        transform: TransformSpec | None = None,
+    ) -> None:
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
         if decoder == "auto":
@@ -93,12 +103,15 @@ class CpuDecoder:
         self.size = size
         self.train = train
         self.decoder = decoder
+        self.transform = transform or TransformSpec()
+        self.resize = self.transform.eval_resize(size)
         self.dct_scaling = True  # off only to measure what it saves
 
     def box(self, width: int, height: int, rng: np.random.Generator) -> tuple[int, int, int, int]:
         if self.train:
-            return random_resized_crop_box(width, height, rng)
-        return center_crop_box(width, height, self.size)
+            t = self.transform
+            return random_resized_crop_box(width, height, rng, t.scale, t.ratio)
+        return center_crop_box(width, height, self.size, self.resize)
 
     def decode_into(self, data: bytes, out: np.ndarray, rng: np.random.Generator) -> None:
         """Decode, crop, resize and (train) maybe flip ``data`` into ``out`` (H×W×3 uint8)."""
@@ -117,7 +130,7 @@ class CpuDecoder:
             raise DecodeError(
                 str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             ) from e
-        flip = self.train and rng.random() < 0.5
+        flip = self.train and self.transform.flip and rng.random() < 0.5
         self._resize_into(pixels, box, out, flip)
 
     # --- decoders: each returns the (reduced) pixels and the crop box in their coordinates ---

@@ -111,3 +111,15 @@ def shard_indices(
     )
     sampler.set_epoch(epoch)
     return np.fromiter(iter(sampler), dtype=np.int64)
+
+
+def eval_indices(n: int, rank: int, world_size: int) -> np.ndarray:
+    """The sample indices rank ``rank`` evaluates: a contiguous range, no padding, no shuffle.
+
+    The ranges cover ``0 … n − 1`` exactly once and differ in length by at most one (ranks
+    get ``floor`` or ``ceil`` of ``n / world``), as detectron2's InferenceSampler splits; the
+    bounds are DALI's (``n·r // world``), so every backend's eval split is the same.
+    """
+    if n < 1:
+        raise ValueError("cannot shard an empty dataset")
+    return np.arange(n * rank // world_size, n * (rank + 1) // world_size, dtype=np.int64)

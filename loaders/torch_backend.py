@@ -1,8 +1,13 @@
 """The tuned torch backend: map-style dataset, DistributedSampler, DataLoader, CUDA-stream prefetch.
 
-* Sharding is torch's own ``DistributedSampler`` (``set_epoch`` every epoch, from the main process,
-  so persistent workers see it): every rank gets ``ceil(N / W)`` indices of a permutation seeded by
-  ``seed + epoch``; the ``W·ceil(N/W) − N`` padding samples repeat the start of that permutation.
+* Sharding is exactly torch's ``DistributedSampler`` (its indices for every epoch, computed in the
+  main process, so persistent workers see it): every rank gets ``ceil(N / W)`` indices of a
+  permutation seeded by ``seed + epoch``; the ``W·ceil(N/W) − N`` padding samples repeat the start
+  of that permutation. Evaluation (``train=False``): the contiguous range
+  :func:`loaders.dist.eval_indices`, no padding.
+* Resumption (:meth:`LoaderBase.state_dict`): a resumed epoch starts at the batch it stopped at,
+  with the same batch numbers (so the same augmentations); on another world size the samples not
+  yet seen are dealt to the new ranks (:mod:`loaders.resume`).
 * The dataset is map-style over numpy arrays (paths in one byte buffer, labels, shard offsets), so
   workers do not grow by copy-on-read of Python objects.
 * A worker builds a whole batch (``__getitems__``): it decodes each image the fast way
@@ -30,47 +35,45 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
-from torch.utils.data.distributed import DistributedSampler
 
 from loaders.base import LoaderBase, start_workers
 from loaders.data import SampleIndex, Skipped
 from loaders.decode import CpuDecoder, DecodeError
+from loaders.dist import eval_indices, shard_indices
 from loaders.prefetch import DevicePrefetcher
+from loaders.resume import ResumePoint, resumed_indices
 
 
 class _EpochBatchSampler:
-    """DistributedSampler indices in batches, each tagged ``(epoch, batch number, indices)``."""
+    """This rank's indices in batches, each tagged ``(epoch, batch number, indices)``.
 
-    def __init__(self, n, rank, world, batch_size, *, shuffle, seed, drop_last) -> None:
-        self.sampler = DistributedSampler(
-            range(n), num_replicas=world, rank=rank, shuffle=shuffle, seed=seed, drop_last=False
-        )
+    ``order(epoch, point)`` gives this rank's indices of an epoch (or of the part of it that
+    starts at a resume point); batch numbers count from the epoch's (part's) start, so a resumed
+    epoch's batches have the numbers, and so the augmentations, of the uninterrupted run.
+    """
+
+    def __init__(self, order: Callable[[int, ResumePoint], np.ndarray], batch_size, drop_last):
+        self.order = order
         self.batch_size = batch_size
         self.drop_last = drop_last
-        self.epoch = 0
+        self.start = ResumePoint(0)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-        self.sampler.set_epoch(epoch)
-
-    def __len__(self) -> int:
-        n = len(self.sampler)
+    def count(self, n: int) -> int:
+        """Batches of ``n`` indices."""
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def __iter__(self):
-        """Endless: the batches of ``self.epoch``, then of every next epoch in turn.
+        """Endless: the batches of ``self.start``'s epoch from there, then of every next epoch.
 
         The DataLoader's workers therefore go on into epoch e + 1 while the last batches of epoch
         e are still being used, instead of idling until the next ``iter()`` (see TorchLoader).
-        Each epoch's order is DistributedSampler's for that epoch, as before.
         """
-        epoch = self.epoch
+        point = self.start
         while True:
-            self.sampler.set_epoch(epoch)
-            idx = np.fromiter(iter(self.sampler), dtype=np.int64)
-            for b in range(len(self)):
-                yield (epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
-            epoch += 1
+            idx = self.order(point.epoch, point)
+            for b in range(point.batches, self.count(len(idx))):
+                yield (point.epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
+            point = ResumePoint(point.epoch + 1)
 
 
 def _as_is(batch):
@@ -177,11 +180,14 @@ class WorkersAcrossEpochs:
     _iter: Iterator | None = None  # the DataLoader's iterator, across epochs
     _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
 
-    def _epoch_items(self, epoch: int, count: int, start: Callable[[int], None]) -> Iterator:
-        """The ``count`` items of ``epoch``; ``start(epoch)`` tells the sampler or the workers
-        where to begin before a (re)started iterator forks them."""
-        if self._iter is None or self._ready_epoch != epoch:
-            start(epoch)
+    def _epoch_items(
+        self, epoch: int, count: int, start: Callable[[], None], restart: bool = False
+    ) -> Iterator:
+        """The ``count`` items of ``epoch``; ``start()`` tells the sampler or the workers where
+        to begin before a (re)started iterator forks them. ``restart``: start over even when
+        the running iterator is at the epoch's start (to resume midway)."""
+        if restart or self._iter is None or self._ready_epoch != epoch:
+            start()
             self._iter = start_workers(self.dataloader)
         self._ready_epoch = None  # midway until every item of the epoch is taken
         for _ in range(count):
@@ -216,17 +222,9 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         super().__init__(index, info, batch_size, **common)
         self.workers = workers
         pin = self.device.type == "cuda"
-        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ImageDataset(index, self.decoder, self.seed, info.rank, pin=pin)
-        self.batch_sampler = _EpochBatchSampler(
-            len(index),
-            info.rank,
-            info.world_size,
-            batch_size,
-            shuffle=self.train,
-            seed=self.seed,
-            drop_last=self.drop_last,
-        )
+        self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
         kwargs = worker_options(workers, prefetch, multiprocessing_context)
         self.dataloader = DataLoader(
             self.dataset,
@@ -237,7 +235,26 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             **kwargs,
         )
 
-    def _host_batches(self, epoch: int) -> Iterator[tuple[torch.Tensor, ...]]:
+    can_reshard = True
+
+    def _rank_indices(self, epoch: int, point: ResumePoint) -> np.ndarray:
+        """This rank's indices of ``epoch`` (DistributedSampler's, or the eval range), or of the
+        part of it after a resume point's earlier parts on other world sizes."""
+        n, rank, world = len(self.index), self.info.rank, self.info.world_size
+        if not point.earlier:
+            if self.train:
+                return shard_indices(n, rank, world, seed=self.seed, epoch=epoch)
+            return eval_indices(n, rank, world)
+        # the epoch's whole order: DistributedSampler's permutation does not depend on the world
+        order = shard_indices(n, 0, 1, seed=self.seed, epoch=epoch) if self.train else np.arange(n)
+        return resumed_indices(order, point, rank, world, self.batch_size, self.train)
+
+    def _part_length(self, point: ResumePoint) -> int:
+        if not point.earlier:
+            return len(self)
+        return self.batch_sampler.count(len(self._rank_indices(point.epoch, point)))
+
+    def _host_batches(self, epoch: int, start: ResumePoint | None):
         """Epoch ``epoch``'s batches from the one DataLoader iterator that runs across epochs.
 
         The iterator goes on into the next epoch (:class:`_EpochBatchSampler` is endless), so its
@@ -246,12 +263,19 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         batch of every epoch; BENCHMARKS.md, "torch backend across epoch boundaries"). It is
         restarted (in-flight batches dropped) when the epoch asked for is not the one it is on,
         e.g. after an epoch left midway or ``set_epoch`` to another epoch
-        (:class:`WorkersAcrossEpochs`).
+        (:class:`WorkersAcrossEpochs`), and to resume midway.
         """
-        batches = self._epoch_items(epoch, len(self.batch_sampler), self.batch_sampler.set_epoch)
-        for images, labels, keys, skipped in batches:
+        point = start or ResumePoint(epoch)
+
+        def begin() -> None:
+            self.batch_sampler.start = point
+
+        count = self._part_length(point) - point.batches
+        for images, labels, keys, skipped in self._epoch_items(
+            epoch, count, begin, restart=start is not None
+        ):
             self._record_skipped(skipped)
             yield images, labels, keys
 
-    def _epoch_batches(self, epoch: int):
-        yield from DevicePrefetcher(self._host_batches(epoch), self.device, self.normalize)
+    def _epoch_batches(self, epoch: int, start: ResumePoint | None):
+        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.normalize)

@@ -1,16 +1,57 @@
-"""Shared constants and the normalisation every backend ends with (on the GPU when there is one)."""
+"""The transform options every backend takes, and the normalisation every backend ends with."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+EVAL_CROP_FRACTION = 0.875  # eval: resize to size / 0.875 (256 for 224), then center crop size
 DTYPES = {
     "float32": torch.float32,
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+
+
+@dataclass(frozen=True)
+class TransformSpec:
+    """The common pipelines' options, the same on every backend.
+
+    Training: RandomResizedCrop of ``scale`` (share of the area) and ``ratio`` (width / height)
+    to the output size, then a random horizontal flip if ``flip``. Evaluation: resize the
+    shorter side to ``resize_size`` (default ``image_size / 0.875``, 256 for 224) and center
+    crop the output size. Both end with ``(x − mean) / std`` (``mean``/``std`` per RGB channel
+    on 0…1 pixels, ImageNet's by default).
+    """
+
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    flip: bool = True
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+    resize_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("scale", "ratio", "mean", "std"):
+            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        if len(self.scale) != 2 or not 0 < self.scale[0] <= self.scale[1] <= 1:
+            raise ValueError(f"crop_scale takes (low, high), 0 < low ≤ high ≤ 1, not {self.scale}")
+        if len(self.ratio) != 2 or not 0 < self.ratio[0] <= self.ratio[1]:
+            raise ValueError(f"crop_ratio takes (low, high), 0 < low ≤ high, not {self.ratio}")
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(
+                f"mean and std take 3 values (R, G, B; std > 0), got {self.mean} and {self.std}"
+            )
+
+    def eval_resize(self, size: int) -> int:
+        """The shorter side before the center crop of ``size``."""
+        resize = round(size / EVAL_CROP_FRACTION) if self.resize_size is None else self.resize_size
+        if resize < size:
+            raise ValueError(f"resize_size {resize} is smaller than the output size {size}")
+        return int(resize)
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:

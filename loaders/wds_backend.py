@@ -28,6 +28,14 @@ which keeps DataLoader's strict worker turn aligned with epochs. The starting ep
 persistent workers through a shared-memory tensor set before the iterator (re)starts: at the first
 epoch, after an epoch left midway, or on ``set_epoch`` to other than the next epoch.
 
+Evaluation (``train=False``): shards in their listed order, rank ``r`` takes ``[r::W]`` and reads
+each sample once, with no padding: ranks yield what their shards hold, so with shards of unequal
+size or a count not divisible by ``W`` they differ by up to a shard or more (whole shards cannot
+be split exactly). Resumption midway through an epoch replays the epoch's reads up to the point
+the state was taken without decoding (the batches made are exactly the uninterrupted run's:
+rebatching depends only on chunk sizes), on the same world size and worker count; a sample that
+failed to decode in the skipped part would shift the rest (training replaces it with the next).
+
 Bad input: skipped and counted (``loader.skipped``). A sample that cannot be decoded is dropped and
 its worker reads one more (repeating if it must), so counts stay exact; samples that listing found
 unusable (no label, no image, truncated shard tail) are never yielded.
@@ -50,6 +58,7 @@ from loaders.data.formats import IMAGE_MEMBER_EXTS
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
+from loaders.resume import ResumePoint
 from loaders.torch_backend import WorkersAcrossEpochs, _new_uint8, worker_options
 
 
@@ -114,6 +123,7 @@ class ShardStream(IterableDataset):
         self.shuffle_buffer = shuffle_buffer
         self.pin = pin
         self.epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.skip = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.per_shard = index.samples_per_shard()
         self.first = np.concatenate([[0], np.cumsum(self.per_shard)]).astype(np.int64)
         self.truncated = {
@@ -194,51 +204,65 @@ class ShardStream(IterableDataset):
         Each item is ``(images, labels, keys, skipped, epoch)``; the loader takes exactly
         :meth:`chunks_per_worker` × workers items per epoch. Workers thus start epoch e + 1 while
         epoch e's last batches are still being used (instead of idling until the next ``iter()``).
+        To resume midway, the first ``skip`` items of the first epoch (in the workers' turn) are
+        read but not decoded: their pixels are never used (see :meth:`WdsLoader._chunks`).
         """
         info = get_worker_info()
         worker, num_workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        first, skip = int(self.epoch[0]), int(self.skip[0])
+        for epoch in itertools.count(first):
+            yield from self._epoch_chunks(epoch, worker, num_workers, skip if epoch == first else 0)
+
+    def _epoch_chunks(self, epoch: int, worker: int, num_workers: int, skip: int):
+        """One worker's chunks of ``epoch``, padded with empty ones to the epoch's chunk count."""
         size = self.decoder.size
-        for epoch in itertools.count(int(self.epoch[0])):
-            plan = self._plan(epoch, num_workers)
-            shards, quota = plan[worker]
-            chunks = self._chunks_in(plan)
-            if chunks == 0:
-                raise LoaderError("no samples to read: every worker's quota is empty")
-            sent = 0
-            if quota > 0:
-                rng = np.random.default_rng([self.seed, epoch, self.rank, worker, 0xA06])
-                skipped: list[Skipped] = []
-                done = 0
-                samples = self._samples([int(s) for s in shards], epoch, worker, skipped)
-                while done < quota:
-                    n = min(self.chunk, quota - done)
-                    images = _new_uint8((n, size, size, 3), self.pin)
-                    out = images.numpy()
-                    keys = np.empty(n, dtype=np.int64)
-                    got = 0
-                    while got < n:
-                        i, data = next(samples)
-                        try:
-                            self.decoder.decode_into(data, out[got], rng)
-                        except DecodeError as e:
-                            skipped.append(Skipped(self.index.describe(i), str(e)))
-                            continue
-                        keys[got] = i
-                        got += 1
-                    done += n
-                    sent += 1
-                    labels = torch.from_numpy(self.index.labels[keys])
-                    yield images, labels, torch.from_numpy(keys), skipped, epoch
-                    skipped = []
-            for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
-                empty = torch.empty((0, size, size, 3), dtype=torch.uint8)
-                yield (
-                    empty,
-                    torch.empty(0, dtype=torch.int64),
-                    torch.empty(0, dtype=torch.int64),
-                    [],
-                    epoch,
-                )
+        plan = self._plan(epoch, num_workers)
+        shards, quota = plan[worker]
+        chunks = self._chunks_in(plan)
+        if chunks == 0:
+            raise LoaderError("no samples to read: every worker's quota is empty")
+        sent = done = 0
+        read_errors: list[Skipped] = []
+        samples = self._samples([int(s) for s in shards], epoch, worker, read_errors)
+        while done < quota:
+            n = min(self.chunk, quota - done)
+            fake = sent * num_workers + worker < skip
+            # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
+            rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
+            images, keys, skipped = self._chunk(samples, n, rng, fake)
+            skipped += read_errors
+            read_errors.clear()
+            done += n
+            sent += 1
+            labels = torch.from_numpy(self.index.labels[keys])
+            yield images, labels, torch.from_numpy(keys), skipped, epoch
+        for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
+            none = torch.empty(0, dtype=torch.int64)
+            yield torch.empty((0, size, size, 3), dtype=torch.uint8), none, none, [], epoch
+
+    def _chunk(self, samples, n: int, rng, fake: bool):
+        """``n`` samples decoded into one uint8 chunk (``fake``: read, left undecoded).
+
+        Training replaces a sample that fails to decode with the next one (counts stay exact);
+        evaluation leaves it out (every sample at most once), so the chunk is smaller."""
+        size = self.decoder.size
+        images = _new_uint8((n, size, size, 3), self.pin)
+        out = images.numpy()
+        keys = np.empty(n, dtype=np.int64)
+        skipped: list[Skipped] = []
+        got = tried = 0
+        while got < n and (self.shuffle or tried < n):
+            i, data = next(samples)
+            tried += 1
+            try:
+                if not fake:
+                    self.decoder.decode_into(data, out[got], rng)
+            except DecodeError as e:
+                skipped.append(Skipped(self.index.describe(i), str(e)))
+                continue
+            keys[got] = i
+            got += 1
+        return images[:got], keys[:got], skipped
 
 
 def rebatch(chunks, batch_size: int, drop_last: bool, pin: bool):
@@ -309,11 +333,16 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
                 f"(use ≤ {max(1, len(index.shards) // info.world_size)} workers, "
                 f"or reshard into ≥ {readers} shards)"
             )
-        self.samples_per_rank = fixed_samples_per_rank(per_shard, info.world_size)
+        if self.train:
+            self.samples_per_rank = fixed_samples_per_rank(per_shard, info.world_size)
+        else:  # evaluation: this rank's whole shards, each sample once, no padding
+            mine = split_by_node(range(len(per_shard)), info.rank, info.world_size)
+            self.samples_per_rank = int(per_shard[mine].sum())
+        self.shuffle_buffer = shuffle_buffer
         self.workers = workers
         pin = self.device.type == "cuda"
         self.pin = pin
-        self.decoder = CpuDecoder(self.image_size, self.train, decoder)
+        self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ShardStream(
             index,
             self.decoder,
@@ -335,21 +364,58 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             **kwargs,
         )
 
-    def _set_start(self, epoch: int) -> None:
-        self.dataset.epoch[0] = epoch  # shared memory: the workers read it on iter()
-
-    def _chunks(self, epoch: int):
+    def _chunks(self, epoch: int, start: ResumePoint | None, skip: int):
         """Epoch ``epoch``'s chunks from the one DataLoader iterator that runs across epochs
-        (:class:`WorkersAcrossEpochs`)."""
+        (:class:`WorkersAcrossEpochs`); the first ``skip`` left undecoded (resuming)."""
         workers = max(1, self.workers)
         items = self.dataset.chunks_per_worker(epoch, workers) * workers
-        for images, labels, keys, skipped, e in self._epoch_items(epoch, items, self._set_start):
+
+        def begin() -> None:  # shared memory: the workers read it on iter()
+            self.dataset.epoch[0], self.dataset.skip[0] = epoch, skip
+
+        chunks = self._epoch_items(epoch, items, begin, restart=start is not None)
+        for images, labels, keys, skipped, e in chunks:
             if e != epoch:  # the workers' turn guarantees this; a broken turn must not pass
                 raise RuntimeError(f"wds: a chunk of epoch {e} arrived in epoch {epoch}")
             self._record_skipped(skipped)
             if len(images):
                 yield images, labels, keys
 
-    def _epoch_batches(self, epoch: int):
-        batches = rebatch(self._chunks(epoch), self.batch_size, self.drop_last, self.pin)
+    def _resume_skip(self, epoch: int, batches: int) -> int:
+        """How many of the epoch's first chunks (in the workers' turn) only batches before
+        ``batches`` use: rebatching depends on chunk sizes alone, so it is replayed on sizes."""
+        workers = max(1, self.workers)
+        plan = self.dataset._plan(epoch, workers)
+        per_worker = self.dataset._chunks_in(plan)
+        sizes = []
+        for j in range(per_worker):
+            for _, quota in plan:
+                sizes.append(max(0, min(self.batch_size, quota - j * self.batch_size)))
+        tags = [torch.full((n,), i, dtype=torch.int64) for i, n in enumerate(sizes) if n]
+        later = itertools.islice(
+            rebatch(((t, t, t) for t in tags), self.batch_size, self.drop_last, False),
+            batches,
+            None,
+        )
+        return min((int(b[0].min()) for b in later), default=len(sizes))
+
+    def _epoch_batches(self, epoch: int, start: ResumePoint | None):
+        skip = self._resume_skip(epoch, start.batches) if start and start.batches else 0
+        chunks = self._chunks(epoch, start, skip)
+        batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
+        if start is not None:
+            batches = itertools.islice(batches, start.batches, None)
         yield from DevicePrefetcher(batches, self.device, self.normalize)
+
+    def _backend_state(self) -> dict:
+        # the order depends on them: the split over workers and the shuffle buffer
+        return {"workers": max(1, self.workers), "shuffle_buffer": self.shuffle_buffer}
+
+    def _extra_state(self, state: dict) -> dict:
+        for key, value in self._backend_state().items():
+            if state.get(key) != value:
+                raise ValueError(
+                    f"the loader state was saved with {key}={state.get(key)!r}, this loader has "
+                    f"{key}={value!r}: the wds backend's order depends on it"
+                )
+        return {}
