@@ -9,6 +9,7 @@ what was measured.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import pickle
 import signal
@@ -49,6 +50,10 @@ def _spawned(
     beats: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    # a spawned child inherits "spawn" as its default start method; a training process started
+    # by torchrun has the platform's own (fork on Linux), and so must the loaders in a consumer:
+    # otherwise every DataLoader worker imports torch and the user's module again, per pass
+    multiprocessing.set_start_method(None, force=True)
     outcomes: list[RankOutcome] = []
 
     def keep(o: RankOutcome) -> None:
@@ -88,7 +93,6 @@ def run_count(
     timeout, raises :class:`_CountFailed`: both with the outcomes measured before, and every
     process the count started ended (its loader workers too).
     """
-    import multiprocessing
     from multiprocessing import resource_tracker
 
     import torch.multiprocessing as mp
