@@ -66,7 +66,20 @@ StallTimeout = Annotated[
     ),
 ]
 Loader = Annotated[
-    str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
+    str | None,
+    typer.Option(
+        help="Measure a training loader end to end instead: torch, dali, wds (ours), or your "
+        "own: FILE.py:FUNCTION or MODULE:FUNCTION, a factory called in every consumer with the "
+        "keywords it takes among rank, world_size, local_rank, batch_size, workers, seed, "
+        "epoch, path, returning an iterable of batches."
+    ),
+]
+LoaderOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="KEY=VALUE passed to the loader as one more keyword (repeatable); the value is "
+        "read as an int, float, true/false, else a string."
+    ),
 ]
 
 
@@ -96,6 +109,7 @@ def scan(
     warmup: o.Warmup = None,
     seed: o.Seed = 0,
     loader: Loader = None,
+    loader_option: LoaderOption = None,
     json_out: o.Json = None,
     plots: o.Plots = True,
     warmup_batches: o.WarmupAlias = None,
@@ -164,6 +178,7 @@ def scan_config(options: dict):
     """A ScanConfig from the command's options (its ``locals()``)."""
     from feedbench.core.choices import parse_counts
     from feedbench.scan.config import ScanConfig, parse_passes, parse_stages
+    from feedbench.scan.factory import parse_options
 
     warmup = options.get("warmup")
     if warmup is None:
@@ -182,6 +197,7 @@ def scan_config(options: dict):
         passes=parse_passes(kw["passes"]),
         consumers=parse_counts(kw.get("consumers", "1"), "--consumers"),
         warmup_batches=1 if warmup is None else warmup,
+        loader_options=parse_options(options.get("loader_option") or ()),
     )
     return ScanConfig(**kw)
 
