@@ -248,3 +248,39 @@ def test_unequal_batch_counts_across_ranks_are_named(dataset, cli, tmp_path):
         r.out.split()
     )
     assert "(loader: 3)" in r.out
+
+
+def test_measure_hf_datasets_over_parquet_from_python(tmp_path, cli, monkeypatch):
+    pytest.importorskip("datasets", reason="Hugging Face datasets is in the test extra")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import feedbench
+    from feedbench.core.envelope import save
+
+    data = tmp_path / "table.parquet"
+    pq.write_table(pa.table({"x": np.arange(24), "y": np.random.rand(24)}), data, row_group_size=8)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.syspath_prepend(str(FACTORIES))
+    from fb_hf_parquet import make_loader
+
+    result = feedbench.measure(make_loader, data, consumers=2, step_time_s=0.01,
+                               batch_size=4, workers=0, options={"shuffle": True})  # fmt: skip
+    assert result.config["loader"] == "fb_hf_parquet:make_loader"
+    assert result.config["loader_options"] == {"shuffle": True}
+    (m,) = result.measurements
+    assert (m.consumers, m.samples, m.errors) == (2, 24, 0)
+    assert [c.loader_batches for c in m.per_consumer] == [3, 3]  # 12 rows each, batches of 4
+    assert result.dataset.files == 1 and result.verdict is not None
+    target = tmp_path / "measured.json"
+    save(result, target)
+    r = cli("report", str(target))
+    assert r.code == 0 and "loader: fb_hf_parquet:make_loader with shuffle=True" in r.out
+
+
+def test_measure_names_a_factory_it_cannot_hand_to_consumers():
+    import feedbench
+
+    with pytest.raises(FeedbenchError, match="not a module-level function"):
+        feedbench.measure(lambda: [], consumers=1)
