@@ -117,6 +117,20 @@ def test_a_spec_that_does_not_resolve_is_one_clear_error(given, options, message
         factory.check_options(factory.resolve(given), options)
 
 
+@pytest.mark.parametrize(
+    ("loader", "options", "message"),
+    [
+        ("wds", {"bogus": 1}, "--loader-option bogus: the wds loader takes prefetch, shuffle_buf"),
+        (None, {"size": 1}, "--loader-option needs --loader"),
+    ],
+)
+def test_loader_options_are_checked_before_anything_runs(loader, options, message):
+    from feedbench.scan.config import ScanConfig, check
+
+    with pytest.raises(FeedbenchError, match=message):
+        check(ScanConfig("unused", loader=loader, loader_options=options))
+
+
 def test_a_required_keyword_of_the_user_needs_an_option(tmp_path):
     src = tmp_path / "needs_factory.py"
     src.write_text("def make(path, bucket):\n    return []\n")
@@ -270,9 +284,9 @@ def test_measure_hf_datasets_over_parquet_from_python(tmp_path, cli, monkeypatch
     from fb_hf_parquet import make_loader
 
     result = feedbench.measure(make_loader, data, consumers=2, step_time_s=0.01,
-                               batch_size=4, workers=0, options={"shuffle": True})  # fmt: skip
+                               batch_size=4, workers=0, options={"columns": "x"})  # fmt: skip
     assert result.config["loader"] == "fb_hf_parquet:make_loader"
-    assert result.config["loader_options"] == {"shuffle": True}
+    assert result.config["loader_options"] == {"columns": "x"}
     (m,) = result.measurements
     assert (m.consumers, m.samples, m.errors) == (2, 24, 0)
     assert [c.loader_batches for c in m.per_consumer] == [3, 3]  # 12 rows each, batches of 4
@@ -280,7 +294,7 @@ def test_measure_hf_datasets_over_parquet_from_python(tmp_path, cli, monkeypatch
     target = tmp_path / "measured.json"
     save(result, target)
     r = cli("report", str(target))
-    assert r.code == 0 and "loader: fb_hf_parquet:make_loader with shuffle=True" in r.out
+    assert r.code == 0 and "loader: fb_hf_parquet:make_loader with columns='x'" in r.out
 
 
 def test_measure_names_a_factory_it_cannot_hand_to_consumers():
