@@ -135,14 +135,14 @@ def run_count(
         how, why = _watch(ctx, config, done_bytes, beats, on_progress)
     finally:
         _end(ctx, tag)
-    error = _user_loader_error(out_path)
-    if error is not None and how == "failed":
-        raise error
     outcomes: list[RankOutcome] = []
     if os.path.exists(out_path):
         with open(out_path, "rb") as f:
             outcomes = pickle.load(f)
         os.unlink(out_path)
+    error = _user_loader_error(out_path)
+    if error is not None and how == "failed":
+        raise error
     if how == "interrupted":
         raise Interrupted(outcomes)
     if how == "stalled":
