@@ -7,6 +7,7 @@ hang DDP)."""
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -67,28 +68,23 @@ class IoMeter:
 
     A reaped child's counts move into its parent's, so the sum only ever grows; a high-water mark
     keeps a child caught between exit and reaping from being counted twice. The counters are
-    read at most every ``every_s`` (the children listed at most every second): their cost is
-    paid inside the data wait."""
+    read at most every ``every_s`` and the children listed at most every second, from /proc
+    (psutil where the kernel does not list children): their cost is paid inside the data wait."""
 
     def __init__(self, every_s: float = 0.02) -> None:
-        self.proc = psutil.Process()
+        self.pid = os.getpid()
         self.every_s = every_s
-        self.children: list[psutil.Process] = []
+        self.children: list[int] = []
         self.t_listed = self.t_read = 0.0
         self.high = self._total()
 
     def _total(self) -> int:
         now = time.monotonic()
         if now - self.t_listed >= 1.0:
-            with contextlib.suppress(psutil.Error):
-                self.children = self.proc.children(recursive=True)
+            self.children = descendants(self.pid)
             self.t_listed = now
-        total = 0
-        for p in (self.proc, *self.children):
-            with contextlib.suppress(psutil.Error, AttributeError):  # gone, or no counters here
-                total += p.io_counters().read_bytes
         self.t_read = now
-        return total
+        return sum(read_bytes(pid) for pid in (self.pid, *self.children))
 
     def delta(self, final: bool = False) -> int:
         """Bytes read since the last call that counted (0 while within ``every_s``, unless
@@ -99,6 +95,48 @@ class IoMeter:
         grown = max(0, total - self.high)
         self.high = max(self.high, total)
         return grown
+
+
+def read_bytes(pid: int) -> int:
+    """The storage bytes process ``pid`` has read (0 when it is gone or will not say)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``: from each thread's /proc children list (a few small reads;
+    psutil scans every process on the host, costly on a busy one), else through psutil."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # a kernel without the list
+        return _psutil_descendants(pid)
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:  # the thread ended meanwhile
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _psutil_descendants(pid: int) -> list[int]:
+    with contextlib.suppress(psutil.Error):
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    return []
 
 
 class TrainingLoader:

@@ -184,6 +184,7 @@ def test_a_one_shot_loader_is_made_anew_per_epoch_and_a_sampler_moved():
 
 
 def test_io_meter_counts_storage_reads_of_this_process_and_its_children(tmp_path):
+    from feedbench.scan.batches import descendants
     from feedbench.scan.cache import evict, file_residency
 
     data = tmp_path / "blob.bin"
@@ -192,15 +193,25 @@ def test_io_meter_counts_storage_reads_of_this_process_and_its_children(tmp_path
     if file_residency(str(data))[0] > 0:
         pytest.skip("this filesystem keeps the file cached after eviction: nothing to read cold")
     meter = IoMeter(every_s=0)
-    pid = os.fork()  # a child reads it, as a loader worker would
+    done_r, done_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()  # a child reads it, as a loader worker would, then waits to be let go
     if pid == 0:
         with open(data, "rb") as f:
             while f.read(1 << 20):
                 pass
+        os.write(done_w, b"x")
+        os.read(go_r, 1)
         os._exit(0)
+    os.read(done_r, 1)
+    assert pid in descendants(os.getpid())
+    meter.t_listed = 0.0  # list the children now, not a second after the last listing
+    assert meter.delta() >= 4 << 20  # in the live child's counters
+    os.write(go_w, b"x")
     os.waitpid(pid, 0)
-    assert meter.delta() >= 4 << 20
-    assert meter.delta() == 0  # read once, counted once
+    assert meter.delta() == 0  # reaped: its counts moved into ours, not counted twice
+    for fd in (done_r, done_w, go_r, go_w):
+        os.close(fd)
 
 
 def test_scan_times_a_torchvision_imagefolder_loader(dataset, cli, tmp_path):
