@@ -258,24 +258,25 @@ def test_a_raising_factory_shows_the_users_frame_and_exits_2(dataset, cli, tmp_p
     assert OURS not in r.err and "Traceback (most recent" not in r.err
 
 
-def test_unequal_batch_counts_across_ranks_are_named(dataset, cli, tmp_path):
-    out = tmp_path / "r.json"
-    r = cli("scan", str(dataset / "images"), "--loader", spec("fb_unequal.py"), "-c", "2",
-            "--step-time", "0.01", "-b", "2", "--warmup", "0", "--json", str(out),
-            "--no-plots")  # fmt: skip
-    assert r.code == 0, r.err
-    res = json.loads(out.read_text())
-    (m,) = res["measurements"]
-    assert [(c["rank"], c["batches"], c["loader_batches"]) for c in m["per_consumer"]] == [
+def test_unequal_batch_counts_across_ranks_are_named(cli, tmp_path):
+    """Through feedbench.measure with a spec and no data path (the page cache left alone)."""
+    import feedbench
+    from feedbench.core.envelope import save
+
+    r = feedbench.measure(spec("fb_unequal.py"), consumers=2, step_time_s=0.01, batch_size=2,
+                          warmup_batches=0)  # fmt: skip
+    (m,) = r.measurements
+    assert [(c.rank, c.batches, c.loader_batches) for c in m.per_consumer] == [
         (0, 2, 3),  # stopped with its peer (a synced step), then counted to its end
         (1, 2, 2),
     ]
-    (warning,) = [w for w in res["warnings"] if w.startswith("unequal batches")]
-    assert "rank 0 3, rank 1 2" in warning and "hang" in warning
-    assert "unequal batches per rank (2 consumers, cold pass): rank 0 3, rank 1 2" in " ".join(
-        r.out.split()
-    )
-    assert "(loader: 3)" in r.out
+    (warning,) = [w for w in r.warnings if w.startswith("unequal batches")]
+    assert "(2 consumers, cold pass): rank 0 3, rank 1 2" in warning and "hang" in warning
+    assert m.cache.resident_before is None and r.dataset.files == 0
+    assert any(w.startswith("no data path given: the page cache was left") for w in r.warnings)
+    save(r, tmp_path / "r.json")
+    shown = cli("report", str(tmp_path / "r.json"))
+    assert "(loader: 3)" in shown.out and warning in " ".join(shown.out.split())
 
 
 def test_measure_hf_datasets_over_parquet_from_python(tmp_path, cli, monkeypatch):
