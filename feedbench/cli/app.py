@@ -68,6 +68,8 @@ def results_path(given: Path | None, command: str) -> Path:
 def error_line(e: FeedbenchError) -> None:
     from feedbench.core.redact import scrub_text
 
+    if e.details:
+        err.print(scrub_text(e.details), markup=False, highlight=False, soft_wrap=True)
     err.print(f"error: {scrub_text(str(e))}", markup=False, highlight=False, soft_wrap=True)
 
 

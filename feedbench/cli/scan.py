@@ -66,7 +66,20 @@ StallTimeout = Annotated[
     ),
 ]
 Loader = Annotated[
-    str | None, typer.Option(help="Measure a training loader end to end instead: torch, dali, wds.")
+    str | None,
+    typer.Option(
+        help="Measure a training loader end to end instead: torch, dali, wds (ours), or your "
+        "own: FILE.py:FUNCTION or MODULE:FUNCTION, a factory called in every consumer with the "
+        "keywords it takes among rank, world_size, local_rank, batch_size, workers, seed, "
+        "epoch, path, returning an iterable of batches."
+    ),
+]
+LoaderOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        help="KEY=VALUE passed to the loader as one more keyword (repeatable); the value is "
+        "read as an int, float, true/false, else a string."
+    ),
 ]
 Accelerator = Annotated[
     str | None,
@@ -115,6 +128,7 @@ def scan(
     workload: o.Workload = None,
     accelerator: Accelerator = None,
     list_workloads: o.ListWorkloads = False,
+    loader_option: LoaderOption = None,
     json_out: o.Json = None,
     plots: o.Plots = True,
     warmup_batches: o.WarmupAlias = None,
@@ -187,6 +201,7 @@ def scan_config(options: dict):
     """A ScanConfig from the command's options (its ``locals()``)."""
     from feedbench.core.choices import parse_counts
     from feedbench.scan.config import ScanConfig, apply_workload, parse_passes, parse_stages
+    from feedbench.scan.factory import parse_options
 
     warmup = options.get("warmup")
     if warmup is None:
@@ -205,6 +220,7 @@ def scan_config(options: dict):
         passes=parse_passes(kw["passes"]),
         consumers=parse_counts(kw.get("consumers", "1"), "--consumers"),
         warmup_batches=1 if warmup is None else warmup,
+        loader_options=parse_options(options.get("loader_option") or ()),
     )
     given_au = kw.get("target_au") is not None
     if not given_au:

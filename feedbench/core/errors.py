@@ -9,11 +9,13 @@ EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: partial results written
 class FeedbenchError(Exception):
     """A problem with the user's input or environment, told in one line.
 
-    The CLI prints ``error: <message>`` on stderr and exits with ``code`` (2 by default). Any
+    The CLI prints ``details`` when set, then ``error: <message>`` on stderr, and exits with
+    ``code`` (2 by default). Any
     other exception escaping to the CLI is a bug in feedbench.
     """
 
     code = EXIT_BAD_INPUT
+    details: str | None = None  # shown before the error line (say, a traceback of user code)
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))

@@ -24,6 +24,8 @@ def render_scan(result: ScanResult, console: Console) -> None:
     )
     for line in system_lines(result):
         console.print(line, markup=False)
+    if cfg.get("loader"):
+        console.print(_loader_line(cfg), highlight=False, soft_wrap=True)
     acc = result.accelerator
     if acc:
         mode = "async" if cfg.get("async_steps") else "synchronous (DDP-like)"
@@ -51,6 +53,18 @@ def render_scan(result: ScanResult, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {w}")
     if result.partial:
         console.print("[red]partial results: the scan was interrupted or failed[/]")
+
+
+def _loader_line(cfg: dict) -> str:
+    """The training loader measured: its spec, options, and (the user's) file hash."""
+    line = f"loader: {escape(cfg['loader'])}"
+    options = cfg.get("loader_options") or {}
+    if options:
+        line += " with " + ", ".join(f"{k}={v!r}" for k, v in options.items())
+    code = cfg.get("loader_code")
+    if code:
+        line += f" ({escape(code['file'])}, sha256 {code['sha256'][:12]})"
+    return line
 
 
 def _curve_table(result: ScanResult, console: Console) -> None:
@@ -150,7 +164,7 @@ def _stage_table(m: Measurement, console: Console) -> None:
         "[bold]pipeline[/]",
         "",
         f"[bold]{fmt_rate(m.samples_per_s)}[/] total",
-        "not counted" if end_to_end else f"{m.mb_per_s:,.1f} total",
+        f"{m.mb_per_s:,.1f} total" + (" (storage)" if end_to_end else ""),
         fmt_s(m.wall_s),
         "",
     )
@@ -158,7 +172,8 @@ def _stage_table(m: Measurement, console: Console) -> None:
     console.print(
         f"  {m.samples:,} samples in {m.batches} batches, "
         + (
-            "bytes and files not counted inside the loader; first batch "
+            f"{fmt_bytes(m.read_bytes)} read from storage (I/O counters; files not counted "
+            "inside the loader); first batch "
             if end_to_end
             else f"{m.files:,} files ({fmt_rate(m.files_per_s)} files/s), "
             f"{fmt_bytes(m.read_bytes)} read; first batch "
@@ -185,7 +200,8 @@ def _consumer_table(m: Measurement, console: Console) -> None:
         table.add_row(
             str(c.rank),
             fmt_rate(c.samples_per_s),
-            str(c.batches),
+            str(c.batches)
+            + (f" [red](loader: {c.loader_batches})[/]" if _unequal(m, c.loader_batches) else ""),
             fmt_s(c.first_batch_s),
             wait,
             fmt_s(c.sync_wait_s)
@@ -240,3 +256,9 @@ def system_lines(result: ScanResult) -> list[str]:
     if cfg.get("read_latency_s"):
         lines.append(f"slowed on purpose: {cfg['read_latency_s'] * 1e3:g} ms added to every read")
     return lines
+
+
+def _unequal(m: Measurement, n: int | None) -> bool:
+    """Whether this measurement's ranks yielded different batch counts (``n``: one rank's)."""
+    counts = {c.loader_batches for c in m.per_consumer if c.loader_batches is not None}
+    return n is not None and len(counts) > 1

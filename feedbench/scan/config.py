@@ -9,6 +9,7 @@ from typing import Any
 from feedbench.core.choices import at_least, parse_names
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import get_row, get_shape
+from feedbench.scan.factory import check_options, is_user_spec, resolve
 from feedbench.scan.profiles import get_profile
 from feedbench.scan.stages import STAGES
 
@@ -17,7 +18,7 @@ PASSES = ("cold", "warm")
 
 @dataclass
 class ScanConfig:
-    path: str
+    path: str | None  # None: feedbench.measure of a loader that knows its own data
     stages: tuple[str, ...] = ("read", "decode", "augment")
     batch_size: int | None = None  # None: the profile's batch, else 64
     passes: tuple[str, ...] = ("cold",)
@@ -43,7 +44,9 @@ class ScanConfig:
     seed: int = 0
     monitor_interval_s: float = 0.25
     stall_timeout_s: float = 60.0  # no byte and no batch from any consumer this long: stalled
-    loader: str | None = None  # measure a loaders backend end to end: torch, dali or wds
+    # measure a training loader end to end: torch, dali, wds, or FILE.py:FUNCTION / MODULE:FUNCTION
+    loader: str | None = None
+    loader_options: dict[str, Any] = field(default_factory=dict)  # more keywords for the loader
     workload: str | None = None  # an MLPerf-Storage-shaped workload (feedbench.core.workloads)
     accelerator: str | None = None  # the workload's accelerator row (default h100)
 
@@ -174,9 +177,20 @@ def plan(config: ScanConfig) -> Plan:
     return Plan(bs)
 
 
-def _check_loader(backend: str) -> None:
-    if backend not in ("torch", "dali", "wds"):
-        raise FeedbenchError(f"unknown loader {backend!r}: choose torch, dali or wds")
+def _check_loader(backend: str, options: dict[str, Any]) -> None:
+    if is_user_spec(backend):
+        f = resolve(backend)
+        check_options(f, options)
+        return
+    if options:
+        from loaders import backend_options
+
+        takes = backend_options(backend)
+        unknown = [k for k in options if k not in takes]
+        if unknown:
+            raise FeedbenchError(
+                f"--loader-option {unknown[0]}: the {backend} loader takes {', '.join(takes)}"
+            )
     if backend == "dali":
         try:
             import nvidia.dali  # noqa: F401
@@ -208,7 +222,9 @@ def check(config: ScanConfig) -> Plan:
         raise FeedbenchError("--target-au must be within (0, 1]")
     p = plan(config)
     if config.loader is not None:
-        _check_loader(config.loader)
+        _check_loader(config.loader, config.loader_options)
+    elif config.loader_options:
+        raise FeedbenchError("--loader-option needs --loader")
     if config.find_max and p.step_s <= 0:
         raise FeedbenchError("--find-max needs an accelerator: --profile, --rate or --step-time")
     return p

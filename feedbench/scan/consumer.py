@@ -12,8 +12,8 @@ one (the *sync wait*).
 :func:`run_consumer` sets up one pass and :func:`consume_batches` runs its loop, in named steps:
 :class:`Tally` (what the batches measured), :class:`StepBarrier` and :func:`emulate_step`,
 :class:`Copies` (host→GPU copies), :func:`consumer_stats` (the tally → :class:`ConsumerStats`).
-:func:`loader_batches` adapts a training loader's batches to the loop (``feedbench scan
---loader``).
+A training loader's batches come to the loop through :class:`~feedbench.scan.batches.TrainingLoader`
+(``feedbench scan --loader``).
 
 Measuring only: this module returns numbers and never renders.
 """
@@ -21,7 +21,7 @@ Measuring only: this module returns numbers and never renders.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -390,25 +390,12 @@ def _loader_stage(name: str, tally: Tally) -> StageStats:
         name=f"loader:{name}",
         samples=tally.samples,
         busy_s=wall_s,
-        in_bytes=0,
+        in_bytes=tally.read_bytes,
         samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
-        mb_per_s=0.0,
+        mb_per_s=tally.read_bytes / wall_s / 1e6 if wall_s > 0 else 0.0,
         share=1.0,
         latency=percentiles(tally.waits),
         note="end to end: read, decode, augment, collate and copy inside the loader; "
-        "latency = data wait per batch; bytes are not counted inside the loader",
+        "latency = data wait per batch; bytes = storage reads of the consumer and its workers "
+        "(I/O counters); files are not counted",
     )
-
-
-def loader_batches(loader: Iterable[Any]) -> Iterator[tuple[Any, BatchTimes]]:
-    """Adapt a training loader's ``(images, labels)`` batches to the consumer loop.
-
-    A batch on the GPU counts as delivered when its copies have finished (the stream is
-    synchronised), so the data wait includes what training would wait for.
-    """
-    for batch in loader:
-        images = batch[0]
-        if isinstance(images, torch.Tensor) and images.is_cuda:
-            torch.cuda.current_stream(images.device).synchronize()
-        n = int(images.shape[0])
-        yield None, BatchTimes(samples=n)

@@ -18,18 +18,23 @@ import torch.distributed as tdist
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.monitor import Monitor
-from feedbench.scan import cache
+from feedbench.scan import cache, factory
+from feedbench.scan.batches import TrainingLoader
 from feedbench.scan.config import ScanConfig, plan
-from feedbench.scan.consumer import StepOptions, consumer_units, loader_batches, run_consumer
+from feedbench.scan.consumer import StepOptions, consumer_units, run_consumer
+from feedbench.scan.factory import is_user_spec
 from feedbench.scan.merge import build_measurement
 from feedbench.scan.results import CacheState, ConsumerStats, Measurement, SampleError
-from feedbench.scan.sources import Source, detect
+from feedbench.scan.sources import Source, detect, detect_files
 
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
-    source, notes = detect(config.path, config.fmt)
-    if source.kind == "records":
-        notes += _record_stages(config, source.fmt)
+    if is_user_spec(config.loader):  # the user's loader reads the path its own way
+        source, notes = detect_files(config.path), []
+    else:
+        source, notes = detect(config.path, config.fmt)
+        if source.kind == "records":
+            notes += _record_stages(config, source.fmt)
     # THE READING THREAD (local shards) only where reading is the whole job, the storage test
     # (`--stages read`): there the tar walk must not stand in for the storage. In a pipeline a
     # worker reads in series with its other stages, as a WebDataset worker does, and each stage's
@@ -126,7 +131,7 @@ class Consumer:
     batch_size: int
     steps: StepOptions
     device: Any = None  # this rank's GPU, where transfer or a training loader wants one
-    loader: Any = None  # the training loader under --loader
+    loader: TrainingLoader | None = None  # the training loader under --loader
 
 
 def open_consumer(
@@ -143,15 +148,47 @@ def open_consumer(
     steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
     loader = None
     if config.loader is not None:
-        from loaders import build_loader
-
-        loader = build_loader(
-            config.path, config.loader, p.batch_size, image_size=config.image_size,
-            rank=rank, world_size=world, local_rank=local_rank, seed=config.seed,
-            workers=workers, device=device,
-        )  # fmt: skip
+        where = dict(rank=rank, world_size=world, local_rank=local_rank, workers=workers)
+        loader = open_loader(config, p.batch_size, device, **where)
     return Consumer(rank, world, local_rank, workers, config, source, p.batch_size, steps,
                     device, loader)  # fmt: skip
+
+
+def open_loader(
+    config: ScanConfig,
+    batch_size: int,
+    device: Any,
+    *,
+    rank: int,
+    world_size: int,
+    local_rank: int,
+    workers: int,
+) -> TrainingLoader:
+    """The training loader of ``--loader``: one of ours (``build_loader``), or the user's
+    factory called with the keywords it takes (and remade per pass when it is one-shot)."""
+    name = str(config.loader)
+    if not is_user_spec(name):
+        from loaders import build_loader
+
+        built = build_loader(
+            config.path, name, batch_size, image_size=config.image_size, rank=rank,
+            world_size=world_size, local_rank=local_rank, seed=config.seed, workers=workers,
+            device=device, **config.loader_options,
+        )  # fmt: skip
+        return TrainingLoader(built, name, close_each_pass=True)
+    f = factory.resolve(name)
+    standard = dict(rank=rank, world_size=world_size, local_rank=local_rank,
+                    batch_size=batch_size, workers=workers, seed=config.seed, epoch=0,
+                    path=config.path)  # fmt: skip
+
+    def remake(epoch: int):
+        return factory.make(f, factory.call_kwargs(f, standard | {"epoch": epoch},
+                                                   config.loader_options))  # fmt: skip
+
+    def guard(e: BaseException, what: str) -> Exception:
+        return factory.user_error(e, f.root, f"the loader {name} ({what})")
+
+    return TrainingLoader(remake(0), name, guard=guard, remake=remake)
 
 
 def run_rank(
@@ -200,7 +237,7 @@ def measure(
     state, warnings = CacheState(pass_name, None), []
     # heartbeats for the parent's stall watchdog: preparing the cache, and ready to read
     beat = (lambda: progress(0)) if progress is not None else None
-    if c.local_rank == 0 and not c.source.remote:
+    if c.local_rank == 0 and not c.source.remote and len(c.source.files()):
         state, warnings = prepare_cache(pass_name, c.source.files(), c.config.drop_caches, beat)
     tdist.barrier()
     if beat is not None:
@@ -229,7 +266,7 @@ def consume(
     batches = None
     if c.loader is not None:
         c.loader.set_epoch(epoch)
-        batches = loader_batches(c.loader)
+        batches = c.loader.batches()
     consumed = run_consumer(
         c.source,
         units,
@@ -247,6 +284,8 @@ def consume(
         loader_name=c.config.loader,
     )
     if c.loader is not None:
+        beat = (lambda: progress(0)) if progress is not None else None
+        consumed[0].loader_batches = c.loader.finish(batches, beat)
         # the loaders run ahead into the next epoch (workers, DALI's prefetch): stop them here,
         # so that nothing of the next pass is read before its cache eviction or done before its
         # clock starts; each pass starts the loader anew

@@ -71,6 +71,9 @@ class ConsumerStats:
     steady_samples: int = 0
     steady_read_bytes: int = 0  # bytes read in the window (failed samples' too)
     steady_files: int = 0
+    # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
+    # that differ would hang DDP
+    loader_batches: int | None = None
 
 
 @dataclass

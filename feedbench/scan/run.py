@@ -9,6 +9,7 @@ what was measured.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import os
 import pickle
 import signal
@@ -31,6 +32,7 @@ from feedbench.core.supervise import (
 )
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
+from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve
 from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
 from feedbench.scan.results import Measurement, ScanResult
 from feedbench.scan.sizing import assess, disturbed
@@ -51,6 +53,10 @@ def _spawned(
     beats: Any,
 ) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
+    # a spawned child inherits "spawn" as its default start method; a training process started
+    # by torchrun has the platform's own (fork on Linux), and so must the loaders in a consumer:
+    # otherwise every DataLoader worker imports torch and the user's module again, per pass
+    multiprocessing.set_start_method(None, force=True)
     outcomes: list[RankOutcome] = []
 
     def keep(o: RankOutcome) -> None:
@@ -64,17 +70,35 @@ def _spawned(
         done_bytes[local_rank] += nbytes
         beats[local_rank] += 1  # a batch taken (also one of failed samples): not stalled
 
-    run_rank(
-        local_rank,
-        world,
-        local_rank,
-        ScanConfig.from_dict(config_dict),
-        init_method,
-        workers,
-        keep,
-        progress,
-    )
+    try:
+        run_rank(
+            local_rank,
+            world,
+            local_rank,
+            ScanConfig.from_dict(config_dict),
+            init_method,
+            workers,
+            keep,
+            progress,
+        )
+    except UserLoaderError as e:  # the user's loader, not this consumer, failed: tell the parent
+        tmp = f"{out_path}.error.{local_rank}"
+        with open(tmp, "wb") as f:
+            pickle.dump(e, f)
+        os.replace(tmp, out_path + ".error")
+        raise
     leave_without_finalizing()
+
+
+def _user_loader_error(out_path: str) -> UserLoaderError | None:
+    """The error of the user's loader a consumer left (see :func:`_spawned`), if any."""
+    path = out_path + ".error"
+    if not os.path.exists(path):
+        return None
+    with open(path, "rb") as f:
+        error = pickle.load(f)
+    os.unlink(path)
+    return error
 
 
 def run_count(
@@ -90,7 +114,6 @@ def run_count(
     timeout, raises :class:`_CountFailed`: both with the outcomes measured before, and every
     process the count started ended (its loader workers too).
     """
-    import multiprocessing
     from multiprocessing import resource_tracker
 
     import torch.multiprocessing as mp
@@ -119,6 +142,9 @@ def run_count(
         with open(out_path, "rb") as f:
             outcomes = pickle.load(f)
         os.unlink(out_path)
+    error = _user_loader_error(out_path)
+    if error is not None and how == "failed":
+        raise error
     if how == "interrupted":
         raise Interrupted(outcomes)
     if how == "stalled":
@@ -154,6 +180,12 @@ def _watch(ctx, config: ScanConfig, done_bytes, beats, on_progress) -> tuple[str
 
 def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
     (first, silent_s), *_ = dog.silent()
+    if is_user_spec(config.loader):  # the user's loader may hang on its own, storage or not
+        return (
+            f"stalled: no consumer took a batch from the loader {config.loader} for "
+            f"{silent_s:.0f} s (consumer {first} the longest): the loader, or the storage it "
+            f"reads, hangs (--stall-timeout {config.stall_timeout_s:g})"
+        )
     return (
         f"stalled: no consumer read a byte or took a batch for {silent_s:.0f} s (consumer "
         f"{first} the longest) reading {config.path}; the storage stopped answering "
@@ -207,15 +239,24 @@ def _last_line(text: str) -> str:
     return last
 
 
+NO_PATH = "no data path given: the page cache was left as it was (a cold pass may be warm)"
+
+
 def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) -> ScanResult:
+    if config.path is None:  # feedbench.measure of a loader that knows its own data
+        path, notes = "(the loader's own data)", [*notes, NO_PATH]
+    else:
+        path = config.path if source.remote else os.path.abspath(config.path)
     dataset = DatasetInfo(
-        path=config.path if source.remote else os.path.abspath(config.path),
+        path=path,
         format=source.fmt if source.kind == "records" else source.kind,
         files=len(source.files()),
         bytes=source.total_bytes(),
         samples=source.samples_hint(),
     )
     cfg = config.as_dict() | {"batch_size": p.batch_size}
+    if is_user_spec(config.loader):
+        cfg["loader_code"] = resolve(config.loader).describe()
     result = ScanResult(
         **envelope("scan", cfg, config.path),
         dataset=dataset,
@@ -226,7 +267,7 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
     caveat = client_cache_caveat(result.system) if result.system else None
     if caveat:
         result.warnings.append(caveat)
-    if not source.remote and dataset.bytes < 5 * ram:
+    if not source.remote and 0 < dataset.bytes < 5 * ram:
         result.warnings.append(
             f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× RAM ({ram / 1e9:.0f} GB): "
             "in training it would stay in the page cache after the first epoch; the cold pass "
@@ -239,6 +280,8 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
     """The config's own checks (:func:`feedbench.scan.config.check`), then those that need the
     data: one clear error for anything that cannot be measured."""
     p = check(config)
+    if config.path is None and not is_user_spec(config.loader):
+        raise FeedbenchError("a data path is needed (only your own loader may go without one)")
     source, notes = open_source(config)
     if source.remote and (config.direct or config.drop_caches):
         raise FeedbenchError(
@@ -381,12 +424,29 @@ def _absorb(result: ScanResult, outcomes: list[RankOutcome]) -> None:
     for o in outcomes:
         _judge_failed(o.measurement)
         result.measurements.append(o.measurement)
+        unequal = unequal_batches(o.measurement)
+        if unequal and unequal not in result.warnings:
+            result.warnings.append(unequal)
         room = 20 - len(result.errors)
         if room > 0:
             result.errors.extend(o.errors[:room])
         for w in o.warnings:
             if w not in result.warnings:
                 result.warnings.append(w)
+
+
+def unequal_batches(m: Measurement) -> str | None:
+    """The ranks' batch counts, when a training loader yielded different ones in a pass: in
+    DDP the ranks with more would wait for the others forever at their extra step."""
+    counts = [(c.rank, c.loader_batches) for c in m.per_consumer if c.loader_batches is not None]
+    if len({n for _, n in counts}) < 2:
+        return None
+    per_rank = ", ".join(f"rank {r} {n}" for r, n in counts)
+    return (
+        f"unequal batches per rank ({m.consumers} consumers, {m.pass_name} pass): {per_rank}; "
+        "in DDP the ranks with more batches would hang at their extra steps: give every rank "
+        "the same number of batches (DistributedSampler pads, or drop_last)"
+    )
 
 
 def _judge_failed(m: Measurement) -> None:

@@ -23,7 +23,16 @@ import numpy as np
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.cache import device_read_ahead
-from loaders.data import FileReader, Layout, RawSample, iter_shard, locate, read_file, records
+from loaders.data import (
+    FileReader,
+    Layout,
+    RawSample,
+    iter_shard,
+    locate,
+    locate_files,
+    read_file,
+    records,
+)
 from loaders.data import remote as remote_io
 from loaders.data.tar import timed_open
 from loaders.errors import LoaderError
@@ -179,6 +188,19 @@ def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
     return Source(layout), list(layout.notes)
+
+
+def detect_files(path: str | None) -> Source:
+    """Every file at a local ``path``, for a loader that reads them its own way (the cold cache
+    is applied to them); no file for no path (the loader knows its data)."""
+    if path is None:
+        return Source(Layout("files", "", [], []))
+    if remote_io.is_url(path):
+        raise FeedbenchError("--loader reads local paths; scan the URL without --loader")
+    try:
+        return Source(locate_files(path))
+    except LoaderError as e:
+        raise FeedbenchError(str(e)) from None
 
 
 @contextlib.contextmanager

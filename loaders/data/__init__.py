@@ -16,7 +16,7 @@ A new source format goes here: a layout kind in ``layout``, its reader beside ``
 
 from loaders.data.formats import IMAGE_EXTENSIONS, is_image, is_shard, split_member_name
 from loaders.data.index import SampleIndex, StringTable, open_index
-from loaders.data.layout import FORMATS, Layout, Skipped, locate
+from loaders.data.layout import FORMATS, Layout, Skipped, locate, locate_files
 from loaders.data.patterns import expand, has_pattern
 from loaders.data.readers import FileReader, read_file
 from loaders.data.records import RECORD_FORMATS, RecordTable
@@ -43,6 +43,7 @@ __all__ = [
     "is_url",
     "iter_shard",
     "locate",
+    "locate_files",
     "open_index",
     "read_file",
     "redact_url",

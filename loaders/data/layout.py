@@ -43,7 +43,9 @@ class Skipped(NamedTuple):
 
 @dataclass
 class Layout:
-    kind: str  # "tree", "shards" or "records"
+    # "tree", "shards", "records" (data files), or "files" (any files, from locate_files: for a
+    # loader that reads them its own way)
+    kind: str
     root: str  # the tree's root (labels are its folders), or the shards' folder
     files: list[str]  # images (sorted), shards (in the order given) or data files (sorted)
     sizes: list[int]  # bytes per file (0 where a server would not say)
@@ -131,19 +133,39 @@ def _folder(path: str, fmt: str) -> Layout:
             f"{path} is a file: give a directory of images or .tar shards, or a data file "
             "(.npy, .npz, .tfrecord; --format files for any file)"
         )
+    return _classify(path, _walk(path), fmt, url=False)
+
+
+def _walk(path: str) -> dict[str, int]:
+    """Every file under the folder ``path`` (dot-files and dot-folders left out) → its size."""
     if not os.access(path, os.R_OK | os.X_OK):
         raise LoaderError(f"permission denied: {path}")
     found: dict[str, int] = {}
     for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in filenames:
+        for name in sorted(filenames):
             if not name.startswith("."):
                 full = os.path.join(dirpath, name)
                 try:
                     found[full] = os.path.getsize(full)
                 except OSError:
                     found[full] = 0
-    return _classify(path, found, fmt, url=False)
+    return found
+
+
+def locate_files(path: str | os.PathLike[str]) -> Layout:
+    """Every file at a local ``path`` (one file, or all under a folder) as kind ``files``: the
+    data of a loader that reads it its own way (Parquet, LMDB, ...), for cache control only."""
+    text = os.fspath(path)
+    if remote.is_url(text):
+        raise LoaderError(f"a local path is needed here, not a URL: {remote.redact_url(text)}")
+    if not os.path.exists(text):
+        raise LoaderError(f"no such file or directory: {text}")
+    found = {text: os.path.getsize(text)} if os.path.isfile(text) else _walk(text)
+    if not found:
+        raise LoaderError(f"{text} is empty: no files in it")
+    root = os.path.dirname(text) if os.path.isfile(text) else text
+    return Layout("files", root or ".", list(found), list(found.values()))
 
 
 def _place(url: str, fmt: str) -> Layout:

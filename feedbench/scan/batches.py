@@ -1,0 +1,224 @@
+"""A training loader inside a consumer (``feedbench scan --loader``): ours or the user's, timed
+end to end. :class:`TrainingLoader` hands its batches to the consumer loop pass after pass, each
+counted (:func:`count_samples`) with the bytes read from storage meanwhile (:class:`IoMeter`),
+and counts how many batches the loader yields in a pass, to its end (unequal counts across ranks
+hang DDP)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+import psutil
+import torch
+
+from feedbench.scan.factory import UserLoaderError
+from feedbench.scan.stream import BatchTimes
+from loaders import start_workers
+
+
+def count_samples(batch: Any) -> int | None:
+    """Samples in a batch: a tensor's or array's first dimension; the first countable element
+    of a tuple or list (else its length); the first countable value of a dict; else ``len()``.
+    None when nothing is countable (a scalar, a string, a 0-d tensor, an object without len)."""
+    shape = getattr(batch, "shape", None)
+    if isinstance(shape, tuple):  # torch.Size is a tuple; so are numpy's, pandas', arrow's
+        return int(shape[0]) if shape else None
+    if isinstance(batch, (str, bytes, bytearray)):
+        return None
+    if isinstance(batch, Mapping):
+        return _first_count(batch.values())
+    if isinstance(batch, (list, tuple)):
+        n = _first_count(batch)
+        return n if n is not None else len(batch)
+    try:
+        return len(batch)
+    except TypeError:
+        return None
+
+
+def _first_count(items: Iterable[Any]) -> int | None:
+    for item in items:
+        countable = isinstance(getattr(item, "shape", None), tuple) or isinstance(
+            item, (Mapping, list, tuple)
+        )
+        n = count_samples(item) if countable else None
+        if n is not None:
+            return n
+    return None
+
+
+def _synchronize(batch: Any) -> None:
+    """A batch on the GPU counts as delivered when its copies have finished, so the data wait
+    includes what training would wait for."""
+    if isinstance(batch, (list, tuple)) and batch:
+        batch = batch[0]
+    elif isinstance(batch, Mapping):
+        batch = next(iter(batch.values()), None)
+    if isinstance(batch, torch.Tensor) and batch.is_cuda:
+        torch.cuda.current_stream(batch.device).synchronize()
+
+
+class IoMeter:
+    """Bytes this process and its children (the loader's workers) read from storage, from the
+    kernel's I/O counters (page-cache hits count nothing).
+
+    A reaped child's counts move into its parent's, so the sum only ever grows; a high-water mark
+    keeps a child caught between exit and reaping from being counted twice. The counters are
+    read at most every ``every_s`` and the children listed at most every second, from /proc
+    (psutil where the kernel does not list children): their cost is paid inside the data wait."""
+
+    def __init__(self, every_s: float = 0.02) -> None:
+        self.pid = os.getpid()
+        self.every_s = every_s
+        self.children: list[int] = []
+        self.t_listed = self.t_read = 0.0
+        self.high = self._total()
+
+    def _total(self) -> int:
+        now = time.monotonic()
+        if now - self.t_listed >= 1.0:
+            self.children = descendants(self.pid)
+            self.t_listed = now
+        self.t_read = now
+        return sum(read_bytes(pid) for pid in (self.pid, *self.children))
+
+    def delta(self, final: bool = False) -> int:
+        """Bytes read since the last call that counted (0 while within ``every_s``, unless
+        ``final``)."""
+        if not final and time.monotonic() - self.t_read < self.every_s:
+            return 0
+        total = self._total()
+        grown = max(0, total - self.high)
+        self.high = max(self.high, total)
+        return grown
+
+
+def read_bytes(pid: int) -> int:
+    """The storage bytes process ``pid`` has read (0 when it is gone or will not say)."""
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below ``pid``: from each thread's /proc children list (a few small reads;
+    psutil scans every process on the host, costly on a busy one), else through psutil."""
+    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # a kernel without the list
+        return _psutil_descendants(pid)
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except OSError:  # the thread ended meanwhile
+                continue
+            found += kids
+            todo += kids
+    return found
+
+
+def _psutil_descendants(pid: int) -> list[int]:
+    with contextlib.suppress(psutil.Error):
+        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+    return []
+
+
+class TrainingLoader:
+    """A training loader's batches for the consumer loop, pass after pass.
+
+    ``loader``: what a factory returned (or ``build_loader``); ``name`` names it in errors.
+    ``guard(e, what)``, when given, turns an exception of the loader's own code into the error
+    to raise (the user's frames). ``remake(epoch)``, when given, builds the loader again: a one-
+    shot iterator (a generator) is made anew for every pass after the first. ``close_each_pass``:
+    the loader has a ``close()`` that stops its workers running ahead (ours).
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        name: str,
+        *,
+        guard: Callable[[BaseException, str], Exception] | None = None,
+        remake: Callable[[int], Iterable[Any]] | None = None,
+        close_each_pass: bool = False,
+    ) -> None:
+        self.loader, self.name = loader, name
+        self.guard, self.remake, self.close_each_pass = guard, remake, close_each_pass
+        self.used = False
+        self.yielded = 0  # batches the loader yielded in the current pass
+
+    def set_epoch(self, epoch: int) -> None:
+        """Move to ``epoch``: the first ``set_epoch`` of the loader, its sampler (a DataLoader
+        over a DistributedSampler) or its dataset (over a Hugging Face IterableDataset); a used
+        one-shot iterator (a generator) is made anew."""
+        if self.used and self.remake is not None and isinstance(self.loader, Iterator):
+            self.loader = self.remake(epoch)
+            return
+        owners = [getattr(self.loader, a, None) for a in ("sampler", "dataset")]
+        for owner in (self.loader, *owners):
+            if callable(getattr(owner, "set_epoch", None)):
+                self._run(lambda o=owner: o.set_epoch(epoch), "set_epoch")
+                return
+
+    def batches(self) -> Iterator[tuple[Any, BatchTimes]]:
+        """One pass: ``(None, BatchTimes(samples, read_bytes))`` per batch, as the loop takes
+        them; the loader's workers start at the first ``next()``, with the consumer's clock."""
+        self.used, self.yielded = True, 0
+        meter = IoMeter()
+        it = self._run(lambda: start_workers(self.loader), "iter()")
+        while True:
+            batch = self._run(lambda: next(it, _END), "next()")
+            if batch is _END:
+                tail = meter.delta(final=True)
+                if tail:  # the bytes of the pass's end: no batch, as an errors-only tail
+                    yield None, BatchTimes(read_bytes=tail)
+                return
+            self.yielded += 1
+            n = count_samples(batch)
+            if n is None:
+                raise UserLoaderError(
+                    f"the loader {self.name} yields batches of type {type(batch).__name__} "
+                    "without a countable size: yield tensors or arrays (first dimension = "
+                    "samples), a tuple, list or dict of them, or objects with len()"
+                )
+            _synchronize(batch)
+            yield None, BatchTimes(samples=n, read_bytes=meter.delta())
+
+    def finish(self, pass_batches: Iterator[Any], beat: Callable[[], None] | None = None) -> int:
+        """Batches the loader yields in this pass: those the loop took and, after a synced stop
+        (another rank ran out), the rest, counted without measuring."""
+        for _ in pass_batches:
+            if beat is not None:
+                beat()
+        return self.yielded
+
+    def close(self) -> None:
+        if self.close_each_pass:
+            self.loader.close()  # type: ignore[attr-defined]
+
+    def _run(self, call: Callable[[], Any], what: str) -> Any:
+        if self.guard is None:
+            return call()
+        try:
+            return call()
+        except Exception as e:
+            raise self.guard(e, what) from None
+
+
+_END = object()
