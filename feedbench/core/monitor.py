@@ -109,6 +109,7 @@ class _Reading:
     disk_ops: int
     net_bytes: int
     own_cpu_s: float | None = None  # CPU seconds of the watched process tree
+    no_process_s: float = 0.0  # CPU seconds no process owns: steal, interrupts (all cores)
 
 
 def _tree_cpu_s(pid: int) -> float | None:
@@ -295,7 +296,9 @@ class Monitor:
                 if c is not None:
                     net_bytes += c.bytes_recv
         own = _tree_cpu_s(self._watch) if self._watch is not None else None
-        return _Reading(time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes, own)
+        t = psutil.cpu_times()
+        no_process = sum(getattr(t, k, 0.0) for k in ("steal", "irq", "softirq"))
+        return _Reading(time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes, own, no_process)
 
     def _make_sample(self, a: _Reading, b: _Reading) -> MonitorSample:
         dt = b.t - a.t
@@ -321,6 +324,7 @@ class Monitor:
             gpu_sm_clock_mhz=clock,
             gpu_power_w=power,
             own_busy_cores=_own_cores(a, b, dt),
+            other_busy_cores=_other_cores(a, b, dt, sum(cpu) / 100.0),
         )
 
     # --- devices ------------------------------------------------------------------------------
@@ -423,3 +427,14 @@ def _own_cores(a: _Reading, b: _Reading, dt: float) -> float | None:
     if a.own_cpu_s is None or b.own_cpu_s is None or dt <= 0:
         return None
     return round(max(0.0, b.own_cpu_s - a.own_cpu_s) / dt, 3)
+
+
+def _other_cores(a: _Reading, b: _Reading, dt: float, busy_cores: float) -> float | None:
+    """Cores' worth of CPU that processes outside the watched tree used: the busy cores less
+    the tree's own and less what no process owns (a VM's steal time, interrupt handling for
+    the tree's own I/O)."""
+    own = _own_cores(a, b, dt)
+    if own is None:
+        return None
+    no_process = max(0.0, b.no_process_s - a.no_process_s) / dt
+    return round(max(0.0, busy_cores - own - no_process), 3)

@@ -32,6 +32,8 @@ class MonitorSample:
     # cores' worth of CPU used by the watched process tree (the scan's own processes); None
     # when no tree was watched: busy cores less this is what other processes used
     own_busy_cores: float | None = None
+    # cores' worth used by processes outside that tree (steal and interrupts left out)
+    other_busy_cores: float | None = None
 
 
 @dataclass
@@ -81,7 +83,8 @@ def summarize(
     ``_max`` (whole machine, 0..100), ``busy_cores_mean`` / ``_max`` (Σ per-core % / 100),
     ``cores_saturated`` (cores ≥ 90% busy on average), ``cores``, ``mem_used_bytes_max``,
     ``disk_read_mb_per_s_mean`` / ``_max``, ``disk_read_iops_mean``, ``net_recv_mb_per_s_mean``
-    / ``_max``, where a process tree was watched ``own_busy_cores_mean``; with GPU readings (the
+    / ``_max``, where a process tree was watched ``own_busy_cores_mean`` and
+    ``other_busy_cores_mean``; with GPU readings (the
     GPUs in ``gpus``, default all) ``gpu_util_percent_mean`` / ``_max`` and
     ``gpu_mem_used_bytes_max``; under load (module docstring)
     ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded``, ``gpu_power_w_mean_loaded`` /
@@ -111,7 +114,10 @@ def _cpu_disk_net(picked: list[tuple[MonitorSample, float]]) -> dict[str, float]
     disk = [(s.disk_read_bytes_per_s / 1e6, w) for s, w in picked]
     net = [(s.net_recv_bytes_per_s / 1e6, w) for s, w in picked]
     own = [(s.own_busy_cores, w) for s, w in picked if s.own_busy_cores is not None]
+    other = [(s.other_busy_cores, w) for s, w in picked if s.other_busy_cores is not None]
     mine = {"own_busy_cores_mean": _mean(own)} if own else {}
+    if other:
+        mine["other_busy_cores_mean"] = _mean(other)
     return mine | {
         "cpu_percent_mean": _mean(machine),
         "cpu_percent_max": max(v for v, _ in machine),

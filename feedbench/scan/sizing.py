@@ -49,9 +49,7 @@ def accelerators_fed(
 def other_load(m: Measurement) -> float | None:
     """Cores' worth of CPU that processes outside the scan used during ``m``, on average (None
     where the scan's own use was not measured)."""
-    seen = summarize(m.monitor)
-    machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
-    return None if machine is None or own is None else max(0.0, machine - own)
+    return summarize(m.monitor).get("other_busy_cores_mean")
 
 
 def disturbed(result: ScanResult) -> str | None:

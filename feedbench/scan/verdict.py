@@ -98,7 +98,7 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         appetite=appetite,
         stages=stages,
         busy=busy,
-        others=max(0.0, machine - own) if machine is not None and own is not None else None,
+        others=seen.get("other_busy_cores_mean"),
         cores=cores,
         where=f"{n} consumer{'s' if n != 1 else ''} × {top.workers} workers, {top.pass_name} cache",
         feeding=feeding,

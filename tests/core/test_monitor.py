@@ -85,6 +85,7 @@ def test_the_watched_tree_is_counted_apart_from_other_processes():
     assert mine["own_busy_cores_mean"] >= 0.25  # the grandchild burner is the tree's
     theirs = summarize(other.timeline)  # (≥ 0.25: other tests may share the cores)
     assert theirs["own_busy_cores_mean"] < 0.1 and theirs["busy_cores_mean"] >= 0.25
+    assert theirs["other_busy_cores_mean"] >= 0.2  # the burner, as another process
     assert summarize(Monitor(interval_s=0.1).start().stop()).get("own_busy_cores_mean") is None
 
 

@@ -86,7 +86,8 @@ def test_other_processes_busy_during_a_measurement_make_it_not_valid():
     def sample(t, own):
         return MonitorSample(t_s=t, cpu_percent=[100.0, 100.0], mem_used_bytes=0,
                              disk_read_bytes_per_s=0.0, disk_read_iops=0.0,
-                             net_recv_bytes_per_s=0.0, own_busy_cores=own)  # fmt: skip
+                             net_recv_bytes_per_s=0.0, own_busy_cores=own,
+                             other_busy_cores=2.0 - own)  # fmt: skip
 
     ms = _repeats(1, [100, 100, 100], 0.95)
     ms[1].monitor = Timeline(label="", interval_s=0.5, samples=[sample(0.5, 0.3), sample(1, 0.5)])
