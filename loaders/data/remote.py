@@ -41,7 +41,7 @@ class Timeouts:
 
 
 TIMEOUTS = Timeouts()
-_FS: dict[tuple[int, str, Timeouts], object] = {}
+_FS: dict[tuple, object] = {}  # (pid, protocol, timeouts, S3 environment) → filesystem
 
 
 def is_url(path: str) -> bool:
@@ -62,12 +62,19 @@ def check_protocol(url: str) -> str:
     return proto
 
 
+_S3_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_PROFILE",
+           "AWS_DEFAULT_REGION", "AWS_REGION")  # fmt: skip
+
+
 def filesystem(url: str, timeouts: Timeouts | None = None):
     """This process's fsspec filesystem for ``url``'s protocol (a new one after a fork: the
     async clients behind s3fs and HTTP are not fork-safe)."""
     proto = check_protocol(url)
     t = timeouts or TIMEOUTS
-    key = (os.getpid(), proto, t)
+    # the environment an S3 client is configured from is part of the key: a process that
+    # changes the endpoint or the credentials (a notebook, a test) gets a client for them
+    env = tuple(os.environ.get(k) for k in _S3_ENV) if proto == "s3" else ()
+    key = (os.getpid(), proto, t, env)
     fs = _FS.get(key)
     if fs is None:
         try:
