@@ -1,6 +1,8 @@
 """feedbench: can this storage and this CPU keep my GPUs fed?"""
 
-__version__ = "0.1.0"
+from feedbench.version import __version__
+
+__all__ = ["__version__", "measure"]
 
 
 def __getattr__(name: str):

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
+from feedbench.version import __version__
 from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
 
 FORMATS = ("tree", "shards", "both")

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import Shape, get_shape
+from feedbench.version import __version__
 from loaders.data import tfrecord
 
 MIN_SAMPLES = 32

@@ -11,8 +11,8 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
+from feedbench.version import __version__
 
 app = typer.Typer(
     help="Can this storage and this CPU keep my GPUs fed? Measure data iteration, stage by stage.",

@@ -24,10 +24,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedbench import __version__
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.files import write_atomic
 from feedbench.core.system import SystemUnderTest
+from feedbench.version import __version__
 
 SCHEMA_VERSION = 2
 
