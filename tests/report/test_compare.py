@@ -24,7 +24,12 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
         m = re.search(pattern, text)
         assert m, text
         assert (m.group(1), m.group(2)) == ("nvme", "nfs")
-    assert "nfs: read-bound (storage)" in text
+    # 20 ms of sleep per read: the storage, unless other work saturated the cores meanwhile;
+    # then the verdict must say the CPU, and whose it was (the suite may share the machine)
+    if "nfs: read-bound (cpu)" in text:
+        assert "of them by other processes" in text, text  # only other work saturates them
+    else:
+        assert "nfs: read-bound (storage)" in text
     assert "warning: batch sizes differ" not in text  # same settings: nothing to warn about
     # the setups say where the bytes came from, in the user's words too, and which was slowed
     assert "described │ a slow filer, $30k │ —" in text and "storage │ " in text
@@ -39,7 +44,7 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
     nfs, nvme = doc["columns"]
     for n in ("1", "2"):  # the numbers are the files' own curve points
         assert nvme["points"][n]["samples_per_s_mean"] > nfs["points"][n]["samples_per_s_mean"]
-    assert nfs["bound"] == "read" and nfs["resource"] == "storage"
+    assert nfs["bound"] == "read" and nfs["resource"] in ("storage", "cpu")  # as above
     assert nfs["system"]["valid_for_sizing"] is False and nfs["system"]["accelerators_fed"] is None
     assert nfs["system"]["read_p99_ms"] > 20  # 20 ms added to every read
     png = target.parent / "cmp-scaling.png"

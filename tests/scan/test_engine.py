@@ -1,5 +1,6 @@
 """The multi-consumer engine: real consumer processes over gloo, real files, real sleeps."""
 
+import contextlib
 import json
 import os
 import re
@@ -250,7 +251,22 @@ def test_ctrl_c_writes_partial_results(dataset, tmp_path):
     while not out.exists() and time.time() < deadline:  # written after the first count
         time.sleep(0.2)
     assert out.exists(), proc.communicate()
-    time.sleep(1.0)  # well inside the second count
+    # inside the second count: its two consumers are running (a fixed sleep lost the race on a
+    # loaded machine, where the count could end before the signal came)
+    import psutil
+
+    def consumers() -> int:
+        n = 0
+        for kid in psutil.Process(proc.pid).children():
+            with contextlib.suppress(psutil.Error):
+                cmd = " ".join(kid.cmdline())
+                n += "spawn_main" in cmd and "resource_tracker" not in cmd
+        return n
+
+    while consumers() < 2 and time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.3)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
