@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
+
+pytestmark = pytest.mark.slow  # torchrun and feedbench.measure start processes that import torch
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
