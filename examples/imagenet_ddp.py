@@ -60,7 +60,7 @@ def setup(cpu: bool) -> tuple[int, int, torch.device]:
 
 def make_model(arch: str, num_classes: int) -> nn.Module:
     if arch != "tiny":
-        import torchvision
+        import torchvision  # only when asked: it adds a second of start-up to every rank
 
         return torchvision.models.get_model(arch, num_classes=num_classes)
 
