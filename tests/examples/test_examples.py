@@ -1,0 +1,84 @@
+"""The scripts in examples/, run as a user runs them: the DDP training script under torchrun
+(2 ranks, gloo on the CPU, our real loaders over real JPEGs), the measuring script on its own."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow  # torchrun and feedbench.measure start processes that import torch
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _run(*args: str, timeout_s: float = 180) -> str:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _train(data: Path, *args: str) -> str:
+    """Two ranks, two epochs of 6 steps (24 images, 12 per rank, batches of 2)."""
+    return _run(
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(EXAMPLES / "imagenet_ddp.py"), str(data), "--val", str(data), "--cpu",
+        "--epochs", "2", "--batch-size", "2", "--image-size", "32", "--workers", "0",
+        "--print-freq", "1", *args,
+    )  # fmt: skip
+
+
+def _losses(out: str) -> dict[int, str]:
+    return {int(s): loss for s, loss in re.findall(r"step (\d+) loss (\S+)", out)}
+
+
+def test_ddp_training_resumes_mid_epoch_to_the_same_weights(dataset, tmp_path):
+    images = dataset / "images"
+    full = _train(images, "--checkpoint", str(tmp_path / "ckpt-{step}.pt"),
+                  "--checkpoint-every", "4", "--save-final", str(tmp_path / "full.pt"))  # fmt: skip
+    # a job preempted after step 5 restarts from its last checkpoint: step 4, epoch 0 midway
+    resumed = _train(images, "--resume", str(tmp_path / "ckpt-4.pt"),
+                     "--save-final", str(tmp_path / "resumed.pt"))  # fmt: skip
+
+    saved = sorted(p.name for p in tmp_path.glob("ckpt-*.pt"))
+    assert saved == ["ckpt-12.pt", "ckpt-4.pt", "ckpt-6.pt", "ckpt-8.pt"]  # every 4, epoch ends
+    ckpt = torch.load(tmp_path / "ckpt-4.pt", weights_only=True)
+    where = [(s["rank"], s["epoch"], s["batches"]) for s in ckpt["loaders"]]
+    assert where == [(0, 0, 4), (1, 0, 4)]  # both ranks' loaders, 4 batches into epoch 0
+    assert "resumed from" in resumed and "epoch 0 batch 4/6 step 4" in resumed
+
+    # the resumed run trains on the same batches in the same order: the same loss every step
+    assert sorted(_losses(full)) == list(range(1, 13))
+    assert _losses(resumed) == {s: v for s, v in _losses(full).items() if s > 4}
+    final, again = (torch.load(tmp_path / n, weights_only=True) for n in ("full.pt", "resumed.pt"))
+    assert final.keys() == again.keys()
+    assert all(torch.equal(final[k], again[k]) for k in final)
+    assert not torch.equal(ckpt["model"]["0.weight"], final["0.weight"])  # it did train on
+
+    # exact validation: all 24 images counted once per epoch, over both ranks
+    for out in (full, resumed):
+        assert re.findall(r"epoch (\d) validation: top-1 \S+% of (\d+) images", out) == [
+            ("0", "24"),
+            ("1", "24"),
+        ]
+    top1 = re.findall(r"validation: top-1 (\S+)%", full)
+    assert re.findall(r"validation: top-1 (\S+)%", resumed) == top1
+
+
+def test_measure_my_loader_prints_rates_au_and_verdict(dataset):
+    out = _run(sys.executable, str(EXAMPLES / "measure_my_loader.py"), str(dataset / "images"),
+               "--consumers", "1", "2", "--step-time", "0.01", "--batch-size", "4",
+               "--workers", "0", "--image-size", "32")  # fmt: skip
+    lines = out.strip().splitlines()
+    rate = r"(\d+\.\d) samples/s, AU (\d\.\d\d) \(lowest rank (\d\.\d\d)\)"
+    for n, line in zip((1, 2), lines[:2], strict=True):
+        got = re.fullmatch(rf"{n} consumer\(s\): {rate}", line)
+        assert got, line
+        samples_per_s, au, au_min = map(float, got.groups())
+        assert samples_per_s > 0 and 0 < au_min <= au <= 1
+    assert lines[2].startswith("verdict: ") and "measure_my_loader.py:make_loader" in lines[2]
+    assert len(lines) == 3
