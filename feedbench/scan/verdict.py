@@ -79,10 +79,12 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
     feeds = rate / appetite if appetite else None
     feeding = ""
     if acc and feeds is not None:
-        acc_name = acc.get("accelerator") or acc.get("name")
-        model = f" ({acc['name']})" if acc.get("kind") == "profile" else ""
         share = f"{feeds:.2f}" if feeds < 1 else f"{feeds:.1f}"
-        feeding = f"; {_rate(rate)} samples/s feeds {share} {acc_name}{model}"
+        if acc.get("kind") == "profile":
+            what = f"{acc.get('accelerator') or acc['name']} ({acc['name']})"
+        else:  # a step time or rate the user gave: no accelerator's name to show
+            what = f"accelerators of {acc.get('name')}"
+        feeding = f"; {_rate(rate)} samples/s feeds {share} {what}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor)
     machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
