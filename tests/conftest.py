@@ -54,3 +54,14 @@ def cli(capsys, monkeypatch):
         return CliRun(code, captured.out, captured.err)
 
     return run
+
+
+def interruptible() -> None:
+    """``preexec_fn`` for a command a test will Ctrl-C: SIGINT at its default and unblocked, as a
+    terminal gives it. A shell without job control starts background commands (``pytest &``)
+    with SIGINT ignored; the tests inherit that, their children too, and a Python started so
+    never raises KeyboardInterrupt (both Ctrl-C tests failed that way in a backgrounded run)."""
+    import signal
+
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+    signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -21,6 +21,7 @@ from feedbench.scan.results import CacheState, Measurement
 from feedbench.scan.run import scan
 from feedbench.scan.sources import detect
 from feedbench.scan.sweep import curve, find_max
+from tests.conftest import interruptible
 
 # --- sharding across consumers ------------------------------------------------------------------
 
@@ -246,7 +247,8 @@ def test_ctrl_c_writes_partial_results(dataset, tmp_path):
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--stages",
            "read", "--consumers", "1,2", "--workers", "0", "-b", "2", "--read-latency", "0.05",
            "--passes", "cold,warm", "--json", str(out), "--no-plots"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)  # fmt: skip
     deadline = time.time() + 120
     while not out.exists() and time.time() < deadline:  # written after the first count
         time.sleep(0.2)

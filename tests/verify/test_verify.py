@@ -26,7 +26,7 @@ from feedbench.verify import results as verify_results
 from feedbench.verify.plan import check_gpus
 from feedbench.verify.results import StepSeries, VerifyResult, VerifyRun
 from feedbench.verify.worker.timing import HostClock, Marks, read_marks, union_length
-from tests.conftest import ROOT
+from tests.conftest import ROOT, interruptible
 
 FAST = ["--device", "cpu", "--steps", "6", "--warmup", "2", "-b", "4", "--workers", "1"]
 
@@ -449,6 +449,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "feedbench.cli", "verify", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+        preexec_fn=interruptible,
     )  # fmt: skip
 
 
