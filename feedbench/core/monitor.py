@@ -48,6 +48,7 @@ from typing import Any
 
 import psutil
 
+from feedbench.core.proctree import descendants
 from feedbench.core.timeline import MonitorSample, Timeline
 
 _SYS_BLOCK = Path("/sys/block")
@@ -117,13 +118,13 @@ def _tree_cpu_s(pid: int) -> float | None:
     when ``pid`` is gone."""
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        t = root.cpu_times()
     except psutil.Error:
         return None
-    total = 0.0
-    for p in procs:
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in descendants(pid):
         with contextlib.suppress(psutil.Error):
-            t = p.cpu_times()
+            t = psutil.Process(child).cpu_times()
             total += t.user + t.system + t.children_user + t.children_system
     return total
 

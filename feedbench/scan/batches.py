@@ -6,15 +6,14 @@ hang DDP)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-import psutil
 import torch
 
+from feedbench.core.proctree import descendants
 from feedbench.scan.factory import UserLoaderError
 from feedbench.scan.stream import BatchTimes
 from loaders import start_workers
@@ -107,36 +106,6 @@ def read_bytes(pid: int) -> int:
     except (OSError, ValueError):
         pass
     return 0
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below ``pid``: from each thread's /proc children list (a few small reads;
-    psutil scans every process on the host, costly on a busy one), else through psutil."""
-    if not os.path.exists(f"/proc/{pid}/task/{pid}/children"):  # a kernel without the list
-        return _psutil_descendants(pid)
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        parent = todo.pop()
-        try:
-            tasks = os.listdir(f"/proc/{parent}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                with open(f"/proc/{parent}/task/{tid}/children", "rb") as f:
-                    kids = [int(k) for k in f.read().split()]
-            except OSError:  # the thread ended meanwhile
-                continue
-            found += kids
-            todo += kids
-    return found
-
-
-def _psutil_descendants(pid: int) -> list[int]:
-    with contextlib.suppress(psutil.Error):
-        return [p.pid for p in psutil.Process(pid).children(recursive=True)]
-    return []
 
 
 class TrainingLoader:

@@ -184,7 +184,7 @@ def test_a_one_shot_loader_is_made_anew_per_epoch_and_a_sampler_moved():
 
 
 def test_io_meter_counts_storage_reads_of_this_process_and_its_children(tmp_path):
-    from feedbench.scan.batches import descendants
+    from feedbench.core.proctree import descendants
     from feedbench.scan.cache import evict, file_residency
 
     data = tmp_path / "blob.bin"
