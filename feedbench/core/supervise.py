@@ -66,20 +66,25 @@ def sigterm_as_interrupt():
 
 
 @contextlib.contextmanager
-def job_tag() -> Iterator[str]:
+def environ(name: str, value: str) -> Iterator[str]:
+    """``name=value`` in this process's environment for the block (processes started meanwhile
+    inherit it), then as it was."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield value
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def job_tag() -> contextlib.AbstractContextManager[str]:
     """A new tag set in this process's environment while the job's processes are started: they
     (and their children: loader workers, torchrun's ranks) inherit it, so :func:`reap` finds
     them all."""
-    tag = uuid.uuid4().hex
-    before = os.environ.get(JOB_TAG)
-    os.environ[JOB_TAG] = tag
-    try:
-        yield tag
-    finally:
-        if before is None:
-            os.environ.pop(JOB_TAG, None)
-        else:
-            os.environ[JOB_TAG] = before
+    return environ(JOB_TAG, uuid.uuid4().hex)
 
 
 class Watchdog:

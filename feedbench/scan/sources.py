@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.supervise import environ
 from feedbench.scan.cache import device_read_ahead
 from loaders.data import (
     FileReader,
@@ -212,15 +213,10 @@ def shared_listing(source: Source, path: str, fmt: str):
     target = os.path.join(folder, "listing.pkl")
     with open(target, "wb") as f:
         pickle.dump((path, fmt, source.layout), f)
-    before = os.environ.get(LISTING_ENV)
-    os.environ[LISTING_ENV] = target
     try:
-        yield target
+        with environ(LISTING_ENV, target):
+            yield target
     finally:
-        if before is None:
-            os.environ.pop(LISTING_ENV, None)
-        else:
-            os.environ[LISTING_ENV] = before
         shutil.rmtree(folder, ignore_errors=True)
 
 
