@@ -16,17 +16,10 @@ import torch
 
 from loaders import build_loader
 from loaders.dist import eval_indices
-from tests.loaders.test_loaders import make_tiny
+from tests.loaders.test_loaders import COMBOS, make_tiny  # every backend, every source
 
 N = 50  # divides by neither 3 nor the batch
 BATCH = 8
-COMBOS = [
-    ("torch", "tree"),
-    ("torch", "shards"),
-    ("wds", "shards"),
-    ("dali", "tree"),
-    ("dali", "shards"),
-]
 IDS = [f"{b}-{k}" for b, k in COMBOS]
 
 

