@@ -57,20 +57,30 @@ def backend_options(backend: str) -> dict[str, object]:
     """The per-backend options ``build_loader`` takes for ``backend``, with their defaults."""
     import inspect
 
-    if backend == "torch":
-        from loaders.torch_backend import TorchLoader as cls
-    elif backend == "wds":
-        from loaders.wds_backend import WdsLoader as cls
-    elif backend == "dali":
-        from loaders.dali_backend import DaliLoader as cls
-    else:
-        raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     skip = {"self", "index", "info", "batch_size", "workers"}
     return {
         name: p.default
-        for name, p in inspect.signature(cls.__init__).parameters.items()
+        for name, p in inspect.signature(_backend_class(backend).__init__).parameters.items()
         if name not in skip and p.kind is inspect.Parameter.KEYWORD_ONLY
     }
+
+
+def _backend_class(backend: str) -> type[LoaderBase]:
+    """The backend's loader class, imported only when asked for (DALI and WebDataset are
+    optional)."""
+    if backend == "torch":
+        from loaders.torch_backend import TorchLoader
+
+        return TorchLoader
+    if backend == "wds":
+        from loaders.wds_backend import WdsLoader
+
+        return WdsLoader
+    if backend == "dali":
+        from loaders.dali_backend import DaliLoader
+
+        return DaliLoader
+    raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
 
 
 def high_priority_stream(device: str | torch.device | None = None) -> torch.cuda.Stream | None:
@@ -195,14 +205,5 @@ def build_loader(
         workers = default_workers(info.local_world_size)
     if workers < 0:
         raise ValueError(f"workers must be ≥ 0, got {workers}")
-    if backend == "torch":
-        from loaders.torch_backend import TorchLoader
-
-        return TorchLoader(index, info, batch_size, workers=workers, **options, **common)
-    if backend == "wds":
-        from loaders.wds_backend import WdsLoader
-
-        return WdsLoader(index, info, batch_size, workers=workers, **options, **common)
-    from loaders.dali_backend import DaliLoader
-
-    return DaliLoader(index, info, batch_size, workers=workers, **options, **common)
+    cls = _backend_class(backend)
+    return cls(index, info, batch_size, workers=workers, **options, **common)
