@@ -33,7 +33,13 @@ from feedbench.core.supervise import (
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve
-from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
+from feedbench.scan.rank import (
+    SCAN_PID_ENV,
+    RankOutcome,
+    _check_direct,
+    open_source,
+    run_rank,
+)
 from feedbench.scan.results import Measurement, ScanResult
 from feedbench.scan.sizing import assess, disturbed
 from feedbench.scan.sources import Source, shared_listing
@@ -146,7 +152,7 @@ def run_count(
     os.unlink(out_path)
     init = f"tcp://127.0.0.1:{free_port()}"
     with job_tag() as tag:
-        env = dict(os.environ)
+        env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
         ctx = mp.start_processes(
             _spawned,
             args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, env),
