@@ -19,8 +19,8 @@ pytestmark = pytest.mark.slow
 def stock_scan(tmp_path_factory, dataset):
     out = tmp_path_factory.mktemp("pred") / "s.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--loader",
-           STOCK_FACTORY, "--consumers", "1", "--batch-size", "4", "--workers", "1", "--step-time", "0.01",
-           "--passes", "warm", "--no-plots", "--json", str(out)]  # fmt: skip
+           STOCK_FACTORY, "--consumers", "1", "--batch-size", "4", "--workers", "1",
+           "--step-time", "0.01", "--passes", "warm", "--no-plots", "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out
