@@ -11,7 +11,11 @@ from feedbench.cli import options as o
 from feedbench.cli.app import app, out, results_path
 
 Results = Annotated[
-    list[Path], typer.Argument(help="Two or more scan results files (feedbench scan --json).")
+    list[Path],
+    typer.Argument(
+        help="Two or more scan results files (feedbench scan --json); or scans and verify "
+        "results files: scan's predicted data wait beside verify's measured one."
+    ),
 ]
 Labels = Annotated[
     list[str] | None,
@@ -37,6 +41,7 @@ def compare(
 ) -> None:
     """Put several scan results side by side: throughput per consumer count, bottleneck, how many
     GPUs each feeds, which differences are larger than the measurements' spread."""
+    from feedbench.core import envelope
     from feedbench.core.choices import choose
     from feedbench.core.redact import scrub
     from feedbench.report import compare as cmp_mod
@@ -44,6 +49,9 @@ def compare(
     from feedbench.report.compare_plots import compare_plot
 
     which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
+    if any(envelope.read(p).get("kind") == "verify" for p in results):
+        _check_prediction(results, label, which, json_out)
+        return
     prices = _prices(cost or [])
     cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which, prices))
     render_compare(cmp, out)
@@ -55,6 +63,26 @@ def compare(
         written = compare_plot(cmp, png)
         if written:
             out.print(f"plots: {written}")
+
+
+def _check_prediction(results: list[Path], label, which: str, json_out) -> None:
+    from feedbench.core import envelope
+    from feedbench.core.errors import FeedbenchError
+    from feedbench.core.redact import scrub
+    from feedbench.report import prediction
+
+    labels = label or [p.stem for p in results]
+    if len(labels) != len(results):
+        raise FeedbenchError(f"--label given {len(labels)} times for {len(results)} files")
+    kinds = [envelope.read(p).get("kind", "scan") for p in results]
+    files = list(zip(labels, map(str, results), kinds, strict=True))
+    scans = [(lb, p) for lb, p, kind in files if kind == "scan"]
+    verifies = [(lb, p) for lb, p, kind in files if kind == "verify"]
+    check = scrub(prediction.check(scans, verifies, which))
+    prediction.render(check, out)
+    target = results_path(json_out, "prediction")
+    envelope.save(check, target)
+    out.print(f"results: {target}")
 
 
 def _prices(given: list[str]) -> dict[str, float]:

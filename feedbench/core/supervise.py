@@ -1,7 +1,9 @@
 """Process supervision shared by scan and verify: start, interrupt, SIGTERM, reap, leave.
 
-Every process feedbench starts carries ``JOB_TAG`` in its environment (inherited by loader
-workers and torchrun's ranks), so that a job's processes are found and ended even when orphaned;
+Every process feedbench starts by exec carries ``JOB_TAG`` in its environment (inherited by
+torchrun's ranks and their loader workers), and every consumer forked by scan leads a process group
+of its own (its loader workers join it), so that a job's processes are found and ended even when
+orphaned;
 Ctrl-C and SIGTERM both end a measurement with its results kept; a worker process whose work is
 handed over leaves without the interpreter's teardown.
 """
@@ -152,11 +154,27 @@ def tagged(tag: str) -> list[psutil.Process]:
     return found
 
 
-def reap(tag: str, known=(), grace_s: float = 3.0) -> int:
+def in_groups(pgids: Sequence[int]) -> list[psutil.Process]:
+    """The live processes of these process groups (ours: same user)."""
+    wanted, found = set(pgids), []
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) in wanted and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue
+    return found
+
+
+def reap(tag: str | None, known=(), grace_s: float = 3.0, groups: Sequence[int] = ()) -> int:
     """End every process of the job still alive (loader workers orphaned by a dead rank, ...):
-    SIGTERM, then SIGKILL after ``grace_s``; each by its pid, checked to be that process.
-    Returns how many there were."""
-    left = {p.pid: p for p in alive(known)} | {p.pid: p for p in tagged(tag)}
+    those tagged ``tag``, in ``known`` or in the process ``groups``: SIGTERM, then SIGKILL after
+    ``grace_s``; each by its pid, checked to be that process. Returns how many there were."""
+    left = {p.pid: p for p in alive(known)}
+    if tag is not None:
+        left |= {p.pid: p for p in tagged(tag)}
+    if groups:
+        left |= {p.pid: p for p in in_groups(groups) if p.pid != os.getpid()}
     if not left:
         return 0
     for proc in left.values():

@@ -14,6 +14,7 @@ from feedbench.report import (
     compare,
     compare_console,
     compare_plots,
+    prediction,
     scan_console,
     scan_plots,
     verify_console,
@@ -26,6 +27,7 @@ KINDS = {
     "scan": (scan_results.ScanResult, scan_console.render_scan),
     "verify": (verify_results.VerifyResult, verify_console.render_verify),
     "compare": (compare.Comparison, compare_console.render_compare),
+    "prediction": (prediction.PredictionCheck, prediction.render),
 }
 
 
@@ -48,6 +50,8 @@ def plots(kind: str, result: Any, directory: str) -> list[Path]:
         return scan_plots.write_all(result, directory, "scan") if result.measurements else []
     if kind == "verify":
         return verify_plots.write_plots(result, directory, "verify") if result.runs else []
+    if kind == "prediction":
+        return []
     p = compare_plots.compare_plot(result, Path(directory) / "compare-scaling.png")
     return [p] if p is not None else []
 
@@ -66,4 +70,6 @@ def headline(kind: str, result: Any) -> list[str]:
         return lines
     if kind == "compare":
         return [result.winner] if result.winner else list(result.summary[:1])
+    if kind == "prediction":
+        return [prediction.sentence(p) for p in result.pairs]
     return [v.text for v in result.verdicts[:1]] if getattr(result, "verdicts", None) else []

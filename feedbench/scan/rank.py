@@ -27,6 +27,8 @@ from feedbench.scan.merge import build_measurement
 from feedbench.scan.results import CacheState, ConsumerStats, Measurement, SampleError
 from feedbench.scan.sources import Source, detect, detect_files
 
+SCAN_PID_ENV = "FEEDBENCH_SCAN_PID"  # set by a local scan for its consumers (not by torchrun)
+
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
     if is_user_spec(config.loader):  # the user's loader reads the path its own way
@@ -294,7 +296,9 @@ def consume(
 
 
 def _start_monitor(label: str, config: ScanConfig) -> Monitor:
-    # the scan's own processes: this rank's parent (the scan, or torchrun's agent) and below
-    m = Monitor(interval_s=config.monitor_interval_s, label=label, watch_pid=os.getppid())
+    # the scan's own processes: the local scan and below (its fork server, the consumers and
+    # their workers), or under torchrun this rank's parent, the agent, and below
+    scan_pid = int(os.environ.get(SCAN_PID_ENV, os.getppid()))
+    m = Monitor(interval_s=config.monitor_interval_s, label=label, watch_pid=scan_pid)
     m.start()
     return m

@@ -33,7 +33,13 @@ from feedbench.core.supervise import (
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve
-from feedbench.scan.rank import RankOutcome, _check_direct, open_source, run_rank
+from feedbench.scan.rank import (
+    SCAN_PID_ENV,
+    RankOutcome,
+    _check_direct,
+    open_source,
+    run_rank,
+)
 from feedbench.scan.results import Measurement, ScanResult
 from feedbench.scan.sizing import assess, disturbed
 from feedbench.scan.sources import Source, shared_listing
@@ -51,7 +57,11 @@ def _spawned(
     out_path: str,
     done_bytes: Any,
     beats: Any,
+    env: dict[str, str],
 ) -> None:
+    os.setpgid(0, 0)  # a group of its own, its loader workers' too: reaped by it, even orphaned
+    os.environ.clear()  # forked from the server, which started before the parent's last settings
+    os.environ.update(env)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and stops us
     # a spawned child inherits "spawn" as its default start method; a training process started
     # by torchrun has the platform's own (fork on Linux), and so must the loaders in a consumer:
@@ -101,6 +111,21 @@ def _user_loader_error(out_path: str) -> UserLoaderError | None:
     return error
 
 
+# Consumers are forked from a server process that imported torch and the scan code once (a
+# fresh interpreter per consumer paid that import, seconds, at every count); not from this
+# process itself, whose threads (monitor, progress) a fork could catch holding a lock.
+START_METHOD = "forkserver"
+
+
+def start_consumer_server() -> None:
+    """Start the server consumers are forked from, importing what they run; it works while this
+    process lists and prepares the data. Idempotent."""
+    from multiprocessing import forkserver
+
+    forkserver.set_forkserver_preload([__name__])
+    forkserver.ensure_running()
+
+
 def run_count(
     config: ScanConfig,
     n: int,
@@ -119,19 +144,21 @@ def run_count(
     import torch.multiprocessing as mp
 
     resource_tracker.ensure_running()  # before the job's tag: it outlives the job, not reaped
-    spawn = multiprocessing.get_context("spawn")
-    done_bytes, beats = spawn.Array("q", n, lock=False), spawn.Array("q", n, lock=False)
+    start_consumer_server()
+    forks = multiprocessing.get_context(START_METHOD)
+    done_bytes, beats = forks.Array("q", n, lock=False), forks.Array("q", n, lock=False)
     fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
     os.close(fd)
     os.unlink(out_path)
     init = f"tcp://127.0.0.1:{free_port()}"
     with job_tag() as tag:
+        env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
         ctx = mp.start_processes(
             _spawned,
-            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats),
+            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, env),
             nprocs=n,
             join=False,
-            start_method="spawn",
+            start_method=START_METHOD,
         )
     try:
         how, why = _watch(ctx, config, done_bytes, beats, on_progress)
@@ -195,8 +222,8 @@ def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
 
 def _end(ctx, tag: str, grace_s: float = 5.0) -> None:
     """Every process of the count ended: the consumers (SIGTERM; SIGKILL for those still there
-    after ``grace_s`` in all, e.g. stuck in a read), then whatever carries the count's tag (the
-    loader workers a consumer left behind)."""
+    after ``grace_s`` in all, e.g. stuck in a read), then what is left in their process groups or
+    carries the count's tag (the loader workers a consumer left behind)."""
     for proc in ctx.processes:
         if proc.is_alive():
             proc.terminate()
@@ -207,7 +234,7 @@ def _end(ctx, tag: str, grace_s: float = 5.0) -> None:
         if proc.is_alive():
             proc.kill()
             proc.join(timeout=5)
-    reap(tag, grace_s=2.0)
+    reap(tag, grace_s=2.0, groups=[p.pid for p in ctx.processes])
 
 
 def _in_flight(config: ScanConfig, n: int, workers: int, done: int, why: str) -> RankOutcome:
@@ -352,6 +379,7 @@ def scan(
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
     source, notes, p = validate(config)
+    start_consumer_server()
     if not source.remote and source.kind != "records":
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
     # consumers do not list it again (a URL's objects, data files' sample index: record headers)

@@ -170,6 +170,24 @@ class StockLoader(VerifyLoader):
         self.loader._iterator = None
 
 
+def stock_loader(
+    path: str, batch_size: int, rank: int, world_size: int, local_rank: int, workers: int,
+    seed: int, epoch: int = 0, image_size: int = 224,
+) -> StockLoader:  # fmt: skip
+    """verify's ``baseline`` as a ``feedbench scan --loader`` factory
+    (``--loader feedbench.verify.loaders:stock_loader``): the same recipe, batches on this
+    consumer's GPU (or CPU), so that scan's prediction for it can be set beside verify's run."""
+    import torch
+
+    device = f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu"
+    loader = StockLoader(
+        path, batch_size, rank=rank, world_size=world_size, image_size=image_size,
+        workers=workers, seed=seed, device=device,
+    )  # fmt: skip
+    loader.set_epoch(epoch)
+    return loader
+
+
 class DaliExampleLoader(VerifyLoader):
     """DALI as wired in DALI's PyTorch ResNet-50 example (see the module docstring)."""
 

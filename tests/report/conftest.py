@@ -3,6 +3,7 @@ few seconds of subprocesses)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -33,3 +34,16 @@ def scans(tmp_path_factory, dataset):
 @pytest.fixture(scope="package")
 def scan_json(scans):
     return scans["local"]
+
+
+@pytest.fixture(scope="package")
+def verify_run(tmp_path_factory, dataset):
+    """A real verify of the stock recipe (baseline) on the CPU, 1 rank: (results file, stdout)."""
+    out = tmp_path_factory.mktemp("verify") / "v.json"
+    cmd = [sys.executable, "-m", "feedbench.cli", "verify", str(dataset), "--gpus", "1", "-l",
+           "baseline", "--no-synthetic", "--device", "cpu", "--steps", "3", "--warmup", "1",
+           "-b", "4", "--workers", "1", "--no-plots", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out, proc.stdout

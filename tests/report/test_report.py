@@ -34,14 +34,8 @@ def test_a_scan_is_shown_again_and_as_html_with_its_plots(cli, scan_json, tmp_pa
     )
 
 
-def test_a_verify_result_is_shown_again(cli, dataset, tmp_path):
-    out = tmp_path / "v.json"
-    args = ["--gpus", "1", "-l", "baseline", "--no-synthetic", "--device", "cpu", "--steps",
-            "3", "--warmup", "1", "-b", "4", "--workers", "1", "--no-plots", "--json",
-            str(out)]  # fmt: skip
-    r = cli("verify", str(dataset), *args)
-    assert r.code == 0, r.out + r.err
-    first = r.out
+def test_a_verify_result_is_shown_again(cli, verify_run, tmp_path):
+    out, first = verify_run
     again = cli("report", str(out), "--html", str(tmp_path / "v.html"))
     assert again.code == 0, again.err
     line = next(ln for ln in first.splitlines() if ln.startswith("baseline:"))

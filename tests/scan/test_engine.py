@@ -257,12 +257,12 @@ def test_ctrl_c_writes_partial_results(dataset, tmp_path):
     # loaded machine, where the count could end before the signal came)
     import psutil
 
-    def consumers() -> int:
+    def consumers() -> int:  # forked by the scan's fork server: that server's children
         n = 0
         for kid in psutil.Process(proc.pid).children():
             with contextlib.suppress(psutil.Error):
-                cmd = " ".join(kid.cmdline())
-                n += "spawn_main" in cmd and "resource_tracker" not in cmd
+                if "forkserver" in " ".join(kid.cmdline()):
+                    n += len(kid.children())
         return n
 
     while consumers() < 2 and time.time() < deadline:

@@ -1,0 +1,198 @@
+"""Scan's prediction against verify's measurement: for the same loader and GPU count, the data
+wait a scan predicts (1 − AU of its emulated step) beside the data-wait share verify measured in
+real training, and how far apart they are.
+
+A scan emulates the accelerator with a fixed step; verify trains for real. Where verify's compute
+step (its step less the data wait) differs from the scan's emulated step, the prediction was
+made for another appetite: the pair shows both steps, so a reader can see it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from feedbench.core import envelope
+from feedbench.core.envelope import Envelope
+from feedbench.core.errors import FeedbenchError
+from feedbench.scan.results import ScanResult
+from feedbench.verify.results import VerifyResult
+
+# a scan's --loader naming the stock recipe that verify calls "baseline"
+STOCK_FACTORY = "feedbench.verify.loaders:stock_loader"
+AGREE_POINTS = 5.0  # issue 17's bar: predicted and measured data wait within 5 points
+
+
+@dataclass
+class Prediction:
+    loader: str
+    gpus: int
+    pass_name: str  # the scan's pass the prediction is taken from
+    scan_label: str
+    verify_label: str
+    predicted_au: float
+    predicted_wait: float  # 1 − AU
+    scan_step_s: float | None  # the emulated step
+    measured_wait: float  # Σ data wait / Σ step, mean over ranks
+    measured_wait_max: float | None  # the worst rank
+    verify_compute_step_s: float | None  # verify's step less its data wait
+    ceiling_fraction: float | None
+    same_data: bool
+    difference_points: float  # |predicted − measured| data-wait share, in percentage points
+
+    @property
+    def agrees(self) -> bool:
+        return self.difference_points <= AGREE_POINTS
+
+
+@dataclass
+class PredictionCheck(Envelope):
+    """``feedbench compare scan.json verify.json``: every pair of the same loader and count."""
+
+    pass_name: str
+    pairs: list[Prediction] = field(default_factory=list)
+    unpaired: list[str] = field(default_factory=list)  # what found no partner, in words
+
+
+def loader_key(scan: ScanResult) -> str | None:
+    """The name verify knows the scan's loader by (None: scan's own pipeline, nothing to pair)."""
+    loader = scan.config.get("loader")
+    if loader is None:
+        return None
+    return "baseline" if loader == STOCK_FACTORY else loader
+
+
+def predictions(
+    scans: list[tuple[str, ScanResult]], verifies: list[tuple[str, VerifyResult]], pass_name: str
+) -> list[Prediction]:
+    """Every (scan curve point, verify run) pair of the same loader and count, in scan order."""
+    out = []
+    for s_label, scan in scans:
+        key = loader_key(scan)
+        points = [p for p in scan.curve if p.pass_name == pass_name and p.au_mean is not None]
+        for point in points:
+            for v_label, ver in verifies:
+                for run in ver.runs:
+                    if run.loader != key or run.gpus != point.consumers:
+                        continue
+                    if run.status != "ok" or run.data_wait_fraction is None:
+                        continue
+                    out.append(_pair(s_label, scan, point, v_label, ver, run))
+    return out
+
+
+def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
+    b = run.breakdown
+    compute = (b.step_s - b.data_wait_s) if b is not None else None
+    step = (scan.accelerator or {}).get("step_s")
+    wait = 1.0 - point.au_mean
+    return Prediction(
+        loader=run.loader,
+        gpus=run.gpus,
+        pass_name=point.pass_name,
+        scan_label=s_label,
+        verify_label=v_label,
+        predicted_au=point.au_mean,
+        predicted_wait=wait,
+        scan_step_s=step,
+        measured_wait=run.data_wait_fraction,
+        measured_wait_max=run.data_wait_fraction_max,
+        verify_compute_step_s=compute,
+        ceiling_fraction=run.ceiling_fraction,
+        same_data=_same_data(scan, run),
+        difference_points=abs(wait - run.data_wait_fraction) * 100,
+    )
+
+
+def _same_data(scan: ScanResult, run) -> bool:
+    """Whether verify's run read what the scan read (the run's own source, else verify's data)."""
+    return run.source is not None and _norm(run.source) == _norm(scan.dataset.path)
+
+
+def _norm(path: str) -> str:
+    return str(path).rstrip("/")
+
+
+def sentence(p: Prediction) -> str:
+    """One line: prediction, measurement, difference."""
+    steps = ""
+    if p.scan_step_s and p.verify_compute_step_s:
+        steps = (
+            f" (emulated step {p.scan_step_s * 1e3:.1f} ms, verify's compute step "
+            f"{p.verify_compute_step_s * 1e3:.1f} ms)"
+        )
+    ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling" if p.ceiling_fraction else ""
+    verdict = "agree" if p.agrees else "disagree"
+    data = "" if p.same_data else "; not the same data path"
+    return (
+        f"{p.loader} at {p.gpus} GPU{'s' if p.gpus != 1 else ''}: scan predicted AU "
+        f"{p.predicted_au:.3f} ({p.predicted_wait:.1%} data wait, {p.pass_name} pass){steps}; "
+        f"verify measured {p.measured_wait:.1%} data wait{ceiling}: {verdict} within "
+        f"{p.difference_points:.1f} points{data}"
+    )
+
+
+def check(
+    scans: list[tuple[str, str]], verifies: list[tuple[str, str]], pass_name: str
+) -> PredictionCheck:
+    """Load (label, path) of scan and verify results files and pair them; one clear error where
+    nothing pairs."""
+    from feedbench.scan import results as scan_results
+    from feedbench.verify import results as verify_results
+
+    if not scans or not verifies:
+        raise FeedbenchError("a prediction check takes scan results and verify results files")
+    s = [(label, scan_results.load(path)) for label, path in scans]
+    v = [(label, verify_results.load(path)) for label, path in verifies]
+    pairs = predictions(s, v, pass_name)
+    paired = {(p.scan_label, p.gpus) for p in pairs}
+    unpaired = [
+        f"{label}: {loader_key(scan) or 'scan pipeline (no --loader)'} at {pt.consumers} "
+        f"consumer{'s' if pt.consumers != 1 else ''}: no verify run of that loader and count"
+        for label, scan in s
+        for pt in scan.curve
+        if pt.pass_name == pass_name and (label, pt.consumers) not in paired
+    ]
+    if not pairs:
+        have = sorted({f"{r.loader}@{r.gpus}" for _, ver in v for r in ver.runs})
+        raise FeedbenchError(
+            f"no scan and verify run share a loader and count in the {pass_name} pass (verify "
+            f"ran {', '.join(have) or 'nothing'}; scan with --loader NAME, or "
+            f"--loader {STOCK_FACTORY} for baseline)"
+        )
+    files = [p for _, p in scans] + [p for _, p in verifies]
+    return PredictionCheck(
+        **envelope.envelope("prediction", {"files": files}),
+        pass_name=pass_name,
+        pairs=pairs,
+        unpaired=unpaired,
+    )
+
+
+def render(check_: PredictionCheck, console: Console) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"scan's prediction against verify's training ({check_.pass_name} pass)")
+    for col in ("loader", "GPUs", "predicted AU", "predicted wait", "measured wait (worst rank)",
+                "of ceiling", "difference", "agree"):  # fmt: skip
+        t.add_column(col, justify="left" if col == "loader" else "right")
+    for p in check_.pairs:
+        worst = f" ({p.measured_wait_max:.1%})" if p.measured_wait_max is not None else ""
+        t.add_row(
+            p.loader, str(p.gpus), f"{p.predicted_au:.3f}", f"{p.predicted_wait:.1%}",
+            f"{p.measured_wait:.1%}{worst}",
+            f"{p.ceiling_fraction:.2f}" if p.ceiling_fraction is not None else "—",
+            f"{p.difference_points:.1f} pt", "yes" if p.agrees else "NO",
+        )  # fmt: skip
+    console.print(t)
+    for p in check_.pairs:
+        console.print(sentence(p))
+    for line in check_.unpaired:
+        console.print(f"unpaired: {line}")
+
+
+def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> PredictionCheck:
+    return envelope.load(path, "prediction", PredictionCheck, data)

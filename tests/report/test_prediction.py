@@ -1,0 +1,56 @@
+"""``feedbench compare scan.json verify.json``: scan's predicted data wait beside verify's measured
+one, for the same loader and count: a real scan of verify's stock recipe (through
+``--loader feedbench.verify.loaders:stock_loader``) against a real verify of ``baseline``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from feedbench.report.prediction import STOCK_FACTORY
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def stock_scan(tmp_path_factory, dataset):
+    out = tmp_path_factory.mktemp("pred") / "s.json"
+    cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--loader",
+           STOCK_FACTORY, "--consumers", "1", "--batch-size", "4", "--workers", "1",
+           "--step-time", "0.01", "--passes", "warm", "--no-plots", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def test_the_prediction_is_set_beside_the_measurement(cli, stock_scan, verify_run, tmp_path):
+    verify_json, _ = verify_run
+    out = tmp_path / "p.json"
+    r = cli("compare", str(stock_scan), str(verify_json), "--passes", "warm", "--json", str(out))
+    assert r.code == 0, r.out + r.err
+    scan, ver = json.loads(stock_scan.read_text()), json.loads(verify_json.read_text())
+    point = next(p for p in scan["curve"] if p["consumers"] == 1 and p["pass_name"] == "warm")
+    run = next(x for x in ver["runs"] if x["loader"] == "baseline")
+    (pair,) = json.loads(out.read_text())["pairs"]
+    assert pair["loader"] == "baseline" and pair["gpus"] == 1
+    assert pair["predicted_au"] == point["au_mean"]
+    assert pair["measured_wait"] == run["data_wait_fraction"]
+    want = abs(1 - point["au_mean"] - run["data_wait_fraction"]) * 100
+    assert pair["difference_points"] == pytest.approx(want)
+    assert pair["same_data"]  # both read the dataset's image tree
+    line = next(ln for ln in r.out.splitlines() if ln.startswith("baseline at 1 GPU: "))
+    assert f"scan predicted AU {point['au_mean']:.3f}" in line
+    assert f"verify measured {run['data_wait_fraction']:.1%} data wait" in line
+    again = cli("report", str(out))  # the check is a results file like any other
+    assert again.code == 0 and line in again.out
+
+
+def test_nothing_to_pair_is_one_line(cli, scan_json, verify_run):
+    verify_json, _ = verify_run  # scan_json: scan's own pipeline, no --loader
+    r = cli("compare", str(scan_json), str(verify_json))
+    assert r.code == 2
+    assert r.err.strip().startswith("error: no scan and verify run share a loader and count")
+    assert "Traceback" not in r.err
