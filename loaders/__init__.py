@@ -158,7 +158,9 @@ def build_loader(
 
     * all: ``prefetch`` (batches per worker, torch/wds; pipeline depth, dali),
     * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
-      ``multiprocessing_context``,
+      ``multiprocessing_context``, ``batch_transform`` (your callable on each uint8 N×3×H×W
+      batch, on the output device, before the normalisation; ``normalize=False`` yields its
+      output, or the uint8 batch, as it is: :class:`loaders.transforms.BatchOutput`),
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from loaders.base import LoaderBase, start_workers
+from loaders.base import LoaderBase, batch_output, start_workers
 from loaders.data import SampleIndex, Skipped
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import eval_indices, shard_indices
@@ -217,9 +217,12 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         prefetch: int = 4,
         decoder: str = "auto",
         multiprocessing_context=None,
+        batch_transform=None,
+        normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
         pin = self.device.type == "cuda"
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
@@ -278,4 +281,4 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
-        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.normalize)
+        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.output)

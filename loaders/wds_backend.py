@@ -52,7 +52,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.base import LoaderBase
+from loaders.base import LoaderBase, batch_output
 from loaders.data import SampleIndex, Skipped, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS
 from loaders.decode import CpuDecoder, DecodeError
@@ -316,9 +316,12 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         shuffle_buffer: int = 4096,
         decoder: str = "auto",
         multiprocessing_context=None,
+        batch_transform=None,
+        normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.output = batch_output(self, batch_transform, normalize)
         if index.kind != "shards":
             raise LoaderError(
                 "the wds backend reads WebDataset shards; for an image tree use backend='torch' "
@@ -405,7 +408,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
-        yield from DevicePrefetcher(batches, self.device, self.normalize)
+        yield from DevicePrefetcher(batches, self.device, self.output)
 
     def _backend_state(self) -> dict:
         # the order depends on them: the split over workers and the shuffle buffer
