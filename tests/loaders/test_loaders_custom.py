@@ -71,3 +71,38 @@ def test_batch_transform_runs_on_every_uint8_batch(tiny, backend, kind):
         _by_key(tiny, backend, kind, batch_transform=to_float)
     floats, _ = _by_key(tiny, backend, kind, batch_transform=to_float, normalize=False)
     assert all(torch.equal(floats[k], plain[k].float()) for k in plain)
+
+
+def mirror(images):
+    from nvidia.dali import fn
+
+    return fn.flip(images, horizontal=1)
+
+
+def darken(images):
+    from nvidia.dali import fn
+
+    return fn.brightness(images, brightness=0.0)
+
+
+def test_dali_augment_runs_inside_a_real_cpu_pipeline(tiny):
+    """A user's DALI operators, added through ``dali_augment``, change every image: a mirror
+    in evaluation (after the center crop: exactly the plain output flipped), zero brightness in
+    training (every pixel black: normalised to −mean/std). Other backends refuse the option."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    plain, _ = _by_key(tiny, "dali", "tree", workers=1)
+    flipped, _ = _by_key(tiny, "dali", "tree", workers=1, dali_augment=mirror)
+    assert flipped.keys() == plain.keys() and len(plain) == 12
+    assert all(torch.equal(flipped[k], plain[k].flip(-1)) for k in plain)
+    assert not all(torch.equal(flipped[k], plain[k]) for k in plain)
+    loader = build_loader(tiny["shards"], "dali", BATCH, image_size=SIZE, device="cpu", workers=1,
+                          dali_augment=darken)  # fmt: skip
+    black = denormalize(next(iter(loader))[0])
+    assert black.abs().max() < 1e-3
+    loader.close()
+    with pytest.raises(ValueError, match="must return the images as a DALI DataNode"):
+        _by_key(tiny, "dali", "tree", workers=1, dali_augment=lambda images: None)
+    with pytest.raises(ValueError, match="takes no option 'dali_augment'"):
+        build_loader(tiny["tree"], "torch", BATCH, dali_augment=mirror)
+    with pytest.raises(ValueError, match="takes no option 'batch_transform'"):
+        build_loader(tiny["tree"], "dali", BATCH, batch_transform=Invert())
