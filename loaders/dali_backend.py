@@ -70,7 +70,7 @@ import numpy as np
 import torch
 
 from loaders.base import LoaderBase
-from loaders.data import SampleIndex, split_member_name
+from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
@@ -156,6 +156,12 @@ class DaliLoader(LoaderBase):
         **common,
     ) -> None:
         require_dali()
+        if index.remote:
+            raise LoaderError(
+                f"the dali backend reads local files (DALI maps or reads them itself), not "
+                f"{remote.redact_url(index.root)}: use backend 'wds' or 'torch' for URLs, or "
+                "mount the store"
+            )
         super().__init__(index, info, batch_size, **common)
         if dali_augment is not None and not callable(dali_augment):
             raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
