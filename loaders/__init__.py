@@ -4,7 +4,8 @@
 images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
 CPU; in training the same ``len()`` on every rank and a new order every epoch (``set_epoch``, or
 automatically); with ``train=False`` every sample exactly once over the ranks (exact evaluation).
-``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway.
+``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway. Sources: a local image
+tree or shards, or (torch, wds) an ``s3://`` or ``http(s)://`` URL (:mod:`loaders.data.remote`).
 Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,
 :mod:`loaders.dali_backend`) and ``"wds"`` (WebDataset, :mod:`loaders.wds_backend`). The length and
 padding rule shared by all three is in :mod:`loaders.base`.
@@ -173,6 +174,12 @@ def build_loader(
 
     An option the backend does not take is a ``ValueError`` naming the ones it does
     (:func:`backend_options`).
+
+    ``source``: a folder, a ``.tar``, a brace list or glob of shards, a list of shard paths, a
+    :class:`SampleIndex`, or the same at an ``s3://`` or ``http(s)://`` URL (torch: trees and
+    shards, one GET per sample; wds: shards, streamed; dali: local files only). Remote shards
+    are listed by streaming each one once: for many ranks, :func:`open_index` once and pass
+    the index.
 
     ``workers`` is DataLoader worker processes (torch, wds) or DALI CPU threads; by default this
     rank's share of the cores. ``rank`` / ``world_size`` / ``local_rank`` come from the arguments,

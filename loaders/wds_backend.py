@@ -6,8 +6,10 @@ Per epoch ``e`` every process computes the same plan from the shared seed (no co
 2. split by node: rank ``r`` of ``W`` takes shards ``order[r::W]``; split by worker: worker ``w`` of
    ``K`` takes ``mine[w::K]`` (``webdataset.split_by_node`` / ``split_by_worker`` semantics,
    but with the rank this loader was given — arguments win — instead of re-reading the environment);
-3. each worker streams its shards with webdataset's tar reader (sequential reads), shuffles
-   samples in a buffer of ``shuffle_buffer / K`` raw samples, decodes with
+3. each worker streams its shards with the data layer's tar reader
+   (:func:`loaders.data.tar.iter_shard`: sequential reads of a file, or of an ``s3://`` or
+   ``http(s)://`` object through :mod:`loaders.data.remote`), shuffles samples in a buffer of
+   ``shuffle_buffer / K`` raw samples (``webdataset.shuffle``), decodes with
    :class:`loaders.decode.CpuDecoder` and sends uint8 chunks of one batch to the main process,
    which re-batches the workers' partial tails.
 
