@@ -187,9 +187,10 @@ def _list_shards(layout: Layout):
     """Every shard's listing, in order: remote shards 16 at a time (each one a stream that
     waits on the network), local ones one after another (the disk's seeks do not overlap)."""
     if not layout.remote:
-        return map(_list_one, layout.files)
+        yield from map(_list_one, layout.files)
+        return
     with ThreadPoolExecutor(max_workers=REMOTE_LISTING_STREAMS) as pool:
-        return list(pool.map(_list_one, layout.files))
+        yield from pool.map(_list_one, layout.files)  # each taken in order as it is done
 
 
 def _index_shards(layout: Layout) -> SampleIndex:
