@@ -173,7 +173,9 @@ class ShardStream(IterableDataset):
             keys = self._keys(s)
             cut = len(path.rstrip("/").rsplit("/", 1)[-1]) + 1  # iter_shard's "name.tar:" prefix
             try:
-                reader = remote.open_reader(path)
+                # a buffer of its own: this stream pauses mid-shard while others read (a second
+                # loader in this process, e.g. validation with workers=0)
+                reader = remote.open_reader(path, own_buffer=True)
             except OSError as e:
                 why = remote.reason(e)
                 skipped.append(Skipped(self.index.describe_shard(s), f"tar read error: {why}"))
