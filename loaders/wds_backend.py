@@ -181,12 +181,14 @@ class ShardStream(IterableDataset):
                 skipped.append(Skipped(self.index.describe_shard(s), f"tar read error: {why}"))
                 continue
             for sample in iter_shard(reader, path):
+                if sample.key == path:  # the shard could not be read on from here
+                    if path not in self.truncated:
+                        why = f"tar read error: {remote.redact_text(str(sample.error))}"
+                        skipped.append(Skipped(self.index.describe_shard(s), why))
+                    continue
                 i = keys.get(sample.key[cut:])
                 if i is not None:  # a zero-byte image (listed) fails to decode, and is counted
                     yield i, sample.data or b""
-                elif sample.key == path and path not in self.truncated:
-                    why = remote.redact_text(sample.error)
-                    skipped.append(Skipped(self.index.describe_shard(s), f"tar read error: {why}"))
 
     def _plan(self, epoch: int, num_workers: int) -> list[tuple[list[int], int]]:
         order = (

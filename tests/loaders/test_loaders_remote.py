@@ -100,3 +100,22 @@ def test_dali_says_it_reads_local_files(s3_env):
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     with pytest.raises(LoaderError, match=r"the dali backend reads local files .* use backend"):
         build_loader(s3_env["http"] + "/images/", "dali", workers=1, device="cpu")
+
+
+def test_a_shard_gone_after_listing_is_counted_and_the_epoch_still_full(s3_env):
+    """A shard deleted from the server after the listing: its stream fails, it is counted in
+    ``loader.skipped`` with the server's answer, and the rank's other shards fill the epoch."""
+    url = s3_env["http"] + "/shards/"
+    loader = build_loader(url, "wds", workers=0, train=True, **KW)
+    gone = s3_env["root"] / "shards" / "shard-00001.tar"
+    saved = gone.read_bytes()
+    gone.unlink()
+    try:
+        keys = [k for _, _, ks in loader for k in ks.tolist()]
+    finally:
+        gone.write_bytes(saved)
+    assert len(keys) == 24  # the epoch's length holds: other shards' samples repeat instead
+    assert not {6, 7, 8, 9, 10, 11} & set(keys)  # shard 1's samples
+    skips = [s for s in loader.skipped if s.path.endswith("shard-00001.tar")]
+    assert skips and len(skips) == len(loader.skipped)  # once per attempt to read it
+    assert all(re.fullmatch(r"tar read error: [^\n]+", s.reason) for s in skips), skips[0]
