@@ -4,7 +4,8 @@
 images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
 CPU; in training the same ``len()`` on every rank and a new order every epoch (``set_epoch``, or
 automatically); with ``train=False`` every sample exactly once over the ranks (exact evaluation).
-``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway.
+``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway. Sources: a local image
+tree or shards, or (torch, wds) an ``s3://`` or ``http(s)://`` URL (:mod:`loaders.data.remote`).
 Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,
 :mod:`loaders.dali_backend`) and ``"wds"`` (WebDataset, :mod:`loaders.wds_backend`). The length and
 padding rule shared by all three is in :mod:`loaders.base`.
@@ -158,16 +159,27 @@ def build_loader(
 
     * all: ``prefetch`` (batches per worker, torch/wds; pipeline depth, dali),
     * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
-      ``multiprocessing_context``,
+      ``multiprocessing_context``, ``batch_transform`` (your callable on each uint8 N×3×H×W
+      batch, on the output device, before the normalisation; ``normalize=False`` yields its
+      output, or the uint8 batch, as it is: :class:`loaders.transforms.BatchOutput`),
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image
       trees, mapping for shards), ``pace`` (GPU: before each batch the host waits for the
       caller's stream, so training does not run ahead of DALI's GPU work; 1 by default; k lets
-      the host be k - 1 steps ahead; 0 never waits), ``decode`` (auto, gpu or cpu).
+      the host be k - 1 steps ahead; 0 never waits), ``decode`` (auto, gpu or cpu),
+      ``dali_augment`` (your function of DALI DataNodes, called inside the pipeline definition
+      on the uint8 HWC images at the output size, before flip and normalisation:
+      :meth:`loaders.dali_backend.DaliLoader._augment`).
 
     An option the backend does not take is a ``ValueError`` naming the ones it does
     (:func:`backend_options`).
+
+    ``source``: a folder, a ``.tar``, a brace list or glob of shards, a list of shard paths, a
+    :class:`SampleIndex`, or the same at an ``s3://`` or ``http(s)://`` URL (torch: trees and
+    shards, one GET per sample; wds: shards, streamed; dali: local files only). Remote shards
+    are listed by streaming each one once: for many ranks, :func:`open_index` once and pass
+    the index.
 
     ``workers`` is DataLoader worker processes (torch, wds) or DALI CPU threads; by default this
     rank's share of the cores. ``rank`` / ``world_size`` / ``local_rank`` come from the arguments,

@@ -30,7 +30,7 @@ import torch
 from loaders.data import SampleIndex, Skipped
 from loaders.dist import DistInfo, eval_indices
 from loaders.resume import STATE_FORMAT, ResumePoint, check_state
-from loaders.transforms import Normalize, TransformSpec
+from loaders.transforms import BatchOutput, Normalize, TransformSpec
 
 
 def start_workers(dataloader) -> Iterator:
@@ -58,6 +58,13 @@ def start_workers(dataloader) -> Iterator:
         return iter(dataloader)
     finally:
         gc.unfreeze()
+
+
+def batch_output(loader: LoaderBase, batch_transform, normalize: bool) -> BatchOutput:
+    """The torch and wds backends' last step: the user's ``batch_transform`` on the uint8 batch,
+    then the loader's normalisation unless ``normalize=False`` (:class:`BatchOutput`)."""
+    norm = loader.normalize if normalize else None
+    return BatchOutput(norm, batch_transform, loader.channels_last)
 
 
 def resolve_device(device: str | torch.device | None, local_rank: int) -> torch.device:

@@ -8,6 +8,9 @@ Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size, ``pad_las
 file reader walks to the next shard each epoch (``stick_to_shard=False``), the webdataset reader
 re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``).
 
+Your own augmentations: ``dali_augment=fn`` is called inside the pipeline definition with the
+decoded uint8 HWC images at the output size and returns DataNodes (:meth:`DaliLoader._augment`).
+
 Decode: ``fn.decoders.image_random_crop`` (train: RandomResizedCrop, area and ratio from the
 transform options, :class:`loaders.transforms.TransformSpec`)
 or ``fn.decoders.image`` (eval), ``device="mixed"`` on a GPU (nvJPEG, and the hardware JPEG
@@ -67,7 +70,7 @@ import numpy as np
 import torch
 
 from loaders.base import LoaderBase
-from loaders.data import SampleIndex, split_member_name
+from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
@@ -149,10 +152,20 @@ class DaliLoader(LoaderBase):
         dont_use_mmap: bool | None = None,
         pace: int | bool = 1,
         decode: str = "auto",
+        dali_augment=None,
         **common,
     ) -> None:
         require_dali()
+        if index.remote:
+            raise LoaderError(
+                f"the dali backend reads local files (DALI maps or reads them itself), not "
+                f"{remote.redact_url(index.root)}: use backend 'wds' or 'torch' for URLs, or "
+                "mount the store"
+            )
         super().__init__(index, info, batch_size, **common)
+        if dali_augment is not None and not callable(dali_augment):
+            raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
+        self.dali_augment = dali_augment
         if decode not in ("auto", "gpu", "cpu"):
             raise ValueError(f"decode takes auto, gpu or cpu, not {decode!r}")
         self.num_threads = max(1, workers)
@@ -209,7 +222,10 @@ class DaliLoader(LoaderBase):
         )
         def pipeline():
             jpegs, extra = self._read()
-            images = self._normalise(*self._decode(jpegs))
+            images, mirror = self._decode(jpegs)
+            if self.dali_augment is not None:
+                images = self._augment(images)
+            images = self._normalise(images, mirror)
             outputs = [images, extra]
             if self._with_source:
                 outputs.append(self._source(jpegs))
@@ -232,8 +248,8 @@ class DaliLoader(LoaderBase):
         self._dali_epoch = epoch
         self.shard_id = int(pipe.reader_meta(READER)["shard_id"])
 
-    # The graph, piece by piece: called inside the pipeline definition. A user extending the
-    # pipeline overrides one of these (e.g. ``_decode`` for other augmentations).
+    # The graph, piece by piece: called inside the pipeline definition. Your own operators go
+    # in through ``dali_augment`` (:meth:`_augment`); a subclass may override a piece.
     @property
     def _with_source(self) -> bool:
         return self.return_keys and self.index.kind == "shards"
@@ -320,11 +336,32 @@ class DaliLoader(LoaderBase):
         )
         return images, 0
 
+    def _augment(self, images):
+        """YOUR AUGMENTATIONS (``dali_augment``): called while the pipeline is defined, with the
+        decoded uint8 HWC RGB images at the output size (train: after the random crop and the
+        resize; eval: after the resize and the center crop, made here for it), before the
+        random flip and the normalisation; returns DataNodes of the same kind. The nodes are
+        on the GPU when DALI decodes there (``device="mixed"``), else on the CPU (``decode="cpu"``
+        or no GPU); DALI's ``fn`` operators follow their input's device, and a CPU result is
+        moved to the GPU for the normalisation."""
+        from nvidia.dali import fn
+        from nvidia.dali.data_node import DataNode
+
+        if not self.train:
+            size = self.image_size
+            images = fn.crop(images, crop=(size, size))  # the center (crop_pos 0.5 by default)
+        out = self.dali_augment(images)
+        if not isinstance(out, DataNode):
+            raise ValueError(
+                f"dali_augment must return the images as a DALI DataNode, got {type(out).__name__}"
+            )
+        return out
+
     def _normalise(self, images, mirror):
         """Center crop to the output size, flip, mean/std, CHW (HWC: channels_last)."""
         from nvidia.dali import fn, types
 
-        if self.gpu and self.decode == "cpu":
+        if self.gpu and images.device == "cpu":  # decode="cpu" (or a user's CPU augmentation)
             images = images.gpu()  # uint8, a quarter of the float batch's bytes
         size = self.image_size
         return fn.crop_mirror_normalize(

@@ -1,4 +1,5 @@
-"""Host batches → device batches, one batch ahead, on a side CUDA stream (normalise on the GPU)."""
+"""Host batches → device batches, one batch ahead, on a side CUDA stream (normalise on the GPU,
+after a user's ``batch_transform``: :class:`loaders.transforms.BatchOutput`)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Iterable, Iterator
 
 import torch
 
-from loaders.transforms import Normalize
+from loaders.transforms import BatchOutput, Normalize
 
 
 class DevicePrefetcher:
@@ -18,7 +19,9 @@ class DevicePrefetcher:
     On the CPU it normalises in place of the copy.
     """
 
-    def __init__(self, batches: Iterable, device: torch.device, normalize: Normalize) -> None:
+    def __init__(
+        self, batches: Iterable, device: torch.device, normalize: Normalize | BatchOutput
+    ) -> None:
         self.batches = batches
         self.device = device
         self.normalize = normalize
@@ -46,7 +49,8 @@ class DevicePrefetcher:
             current = torch.cuda.current_stream(self.device)
             current.wait_stream(stream)
             images, labels, keys = nxt
-            images.record_stream(current)
+            if isinstance(images, torch.Tensor):  # a user's batch_transform returns what it likes
+                images.record_stream(current)
             labels.record_stream(current)
             nxt = issue()
             yield images, labels, keys

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
-from loaders.base import LoaderBase, start_workers
-from loaders.data import SampleIndex, Skipped
+from loaders.base import LoaderBase, batch_output, start_workers
+from loaders.data import SampleIndex, Skipped, remote
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import eval_indices, shard_indices
 from loaders.prefetch import DevicePrefetcher
@@ -111,6 +111,8 @@ class ImageDataset(Dataset):
 
     def _read(self, i: int) -> bytes:
         ix = self.index
+        if ix.remote:  # one GET (a shard's member: a ranged one) through the data layer
+            return ix.read(i)
         if ix.kind == "tree":
             assert ix.paths is not None
             with open(ix.paths[i], "rb") as f:
@@ -137,7 +139,10 @@ class ImageDataset(Dataset):
             try:
                 data = self._read(i)
                 self.decoder.decode_into(data, out[len(keep)], rng)
-            except (OSError, DecodeError) as e:
+            except OSError as e:
+                skipped.append(Skipped(self.index.describe(i), remote.reason(e)))
+                continue
+            except DecodeError as e:
                 skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
                 continue
             keep.append(i)
@@ -217,9 +222,12 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         prefetch: int = 4,
         decoder: str = "auto",
         multiprocessing_context=None,
+        batch_transform=None,
+        normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
         pin = self.device.type == "cuda"
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
@@ -278,4 +286,4 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
-        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.normalize)
+        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.output)

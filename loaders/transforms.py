@@ -1,7 +1,9 @@
-"""The transform options every backend takes, and the normalisation every backend ends with."""
+"""The transform options every backend takes, the normalisation every backend ends with, and
+(torch, wds) a user's callable on uint8 batches before it (:class:`BatchOutput`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -90,6 +92,60 @@ class Normalize:
         out = torch.empty((n, c, h, w), dtype=self.dtype, device=images.device, memory_format=fmt)
         out.copy_(images.permute(0, 3, 1, 2))  # dtype and layout in one pass
         return out.sub_(self.mean).mul_(self.inv_std)
+
+
+class BatchOutput:
+    """The torch and wds backends' last step, on the output device: a uint8 N×H×W×3 batch →
+    ``batch_transform`` (the user's, optional) → ``normalize`` (optional) → what is yielded.
+
+    ``batch_transform`` gets the batch as uint8 **N×3×H×W** RGB (a view of the N×H×W×3 memory,
+    i.e. channels_last: torchvision's v2 transforms take it as is) on the device the loader
+    yields on: the GPU after the host-to-device copy (on the side stream the copy runs on), else
+    the CPU, in the training process (never in a worker: it needs not pickle). It returns the
+    batch; the labels are not passed (label-mixing augmentations such as MixUp or CutMix belong
+    in the training loop, on the normalised batch). With ``normalize`` (the default) it must
+    return uint8 N×3×H'×W' and the built-in normalisation (mean/std, dtype, channels_last) runs
+    on what it returns; with ``normalize=False`` its return value is yielded as it is, and with
+    no callable the uint8 N×3×H×W batch is (so a user's own float pipeline can take over).
+    """
+
+    def __init__(
+        self,
+        normalize: Normalize | None,
+        batch_transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        channels_last: bool = False,
+    ) -> None:
+        if batch_transform is not None and not callable(batch_transform):
+            raise ValueError(f"batch_transform must be callable, got {type(batch_transform)}")
+        self.normalize = normalize
+        self.batch_transform = batch_transform
+        self.channels_last = channels_last
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        nchw = images.permute(0, 3, 1, 2)
+        if self.batch_transform is not None:
+            nchw = self.batch_transform(nchw)
+            if self.normalize is None:
+                return nchw
+            _check_uint8_batch(nchw)
+        if self.normalize is not None:
+            return self.normalize(nchw.permute(0, 2, 3, 1))
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        return nchw.contiguous(memory_format=fmt)
+
+
+def _check_uint8_batch(images) -> None:
+    ok = isinstance(images, torch.Tensor) and images.dtype == torch.uint8
+    if not ok or images.dim() != 4 or images.shape[1] != 3:
+        got = (
+            f"{images.dtype} of shape {tuple(images.shape)}"
+            if isinstance(images, torch.Tensor)
+            else type(images).__name__
+        )
+        raise ValueError(
+            f"batch_transform must return a uint8 N×3×H×W tensor to be normalised, got {got} "
+            "(with normalize=False its output is yielded as it is)"
+        )
 
 
 def denormalize(images: torch.Tensor, mean=IMAGENET_MEAN, std=IMAGENET_STD) -> torch.Tensor:

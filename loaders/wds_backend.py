@@ -6,8 +6,10 @@ Per epoch ``e`` every process computes the same plan from the shared seed (no co
 2. split by node: rank ``r`` of ``W`` takes shards ``order[r::W]``; split by worker: worker ``w`` of
    ``K`` takes ``mine[w::K]`` (``webdataset.split_by_node`` / ``split_by_worker`` semantics,
    but with the rank this loader was given — arguments win — instead of re-reading the environment);
-3. each worker streams its shards with webdataset's tar reader (sequential reads), shuffles
-   samples in a buffer of ``shuffle_buffer / K`` raw samples, decodes with
+3. each worker streams its shards with the data layer's tar reader
+   (:func:`loaders.data.tar.iter_shard`: sequential reads of a file, or of an ``s3://`` or
+   ``http(s)://`` object through :mod:`loaders.data.remote`), shuffles samples in a buffer of
+   ``shuffle_buffer / K`` raw samples (``webdataset.shuffle``), decodes with
    :class:`loaders.decode.CpuDecoder` and sends uint8 chunks of one batch to the main process,
    which re-batches the workers' partial tails.
 
@@ -52,9 +54,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from loaders.base import LoaderBase
-from loaders.data import SampleIndex, Skipped, split_member_name
-from loaders.data.formats import IMAGE_MEMBER_EXTS
+from loaders.base import LoaderBase, batch_output
+from loaders.data import SampleIndex, Skipped, remote, split_member_name
+from loaders.data.tar import iter_shard
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
@@ -126,8 +128,12 @@ class ShardStream(IterableDataset):
         self.skip = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.per_shard = index.samples_per_shard()
         self.first = np.concatenate([[0], np.cumsum(self.per_shard)]).astype(np.int64)
+        # shards that listing found cut off (it counted them: reading them again does not)
+        shown = {index.describe_shard(s): s for s in range(len(index.shards))}
         self.truncated = {
-            s.path.rsplit(":", 1)[0] for s in index.skipped if "truncated" in s.reason
+            index.shards[shown[s.path]]
+            for s in index.skipped
+            if "truncated" in s.reason and s.path in shown
         }
 
     def _keys(self, shard: int) -> dict[str, int]:
@@ -141,38 +147,48 @@ class ShardStream(IterableDataset):
         """``(index, image bytes)`` of ``shards``, in order, forever (each pass = a new cycle)."""
         import webdataset as wds
 
-        current = [""]  # the shard being read (the reader pulls urls one shard at a time)
-
-        def tracked(urls):
-            for url in urls:
-                current[0] = url
-                yield {"url": url}
-
-        def handler(exn: Exception) -> bool:
-            if current[0] not in self.truncated:  # listing already counted a truncated shard
-                why = str(exn.args[0]).split(" @ ")[0] if exn.args else type(exn).__name__
-                skipped.append(Skipped(current[0], f"tar read error: {why}"))
-            return True  # skip the rest of that shard, go on
-
         for cycle in range(1 << 30):
             found = 0
-            urls = [self.index.shards[s] for s in shards]
-            keys = {self.index.shards[s]: self._keys(s) for s in shards}
-            raw = wds.tariterators.tarfile_samples(tracked(urls), handler=handler)
+            raw = self._stream(shards, skipped)
             if self.shuffle:
                 rng = random.Random(hash((self.seed, epoch, self.rank, worker, cycle)))
                 per_worker = max(1, self.shuffle_buffer)
                 raw = wds.shuffle(per_worker, min(per_worker, 100), rng=rng)(raw)
-            for sample in raw:
-                i = keys.get(sample.get("__url__"), {}).get(sample["__key__"])
-                img = next((v for k, v in sample.items() if k in IMAGE_MEMBER_EXTS), None)
-                if i is None or img is None:
-                    continue  # listing already counted it (no label / no image / cut off)
+            for item in raw:
                 found += 1
-                yield i, img
+                yield item
             if found == 0:
-                names = ", ".join(self.index.shards[s] for s in shards[:3])
+                names = ", ".join(self.index.describe_shard(s) for s in shards[:3])
                 raise LoaderError(f"no readable samples in shards {names}")
+
+    def _stream(self, shards, skipped: list[Skipped]) -> Iterator[tuple[int, bytes]]:
+        """``(index, image bytes)`` of ``shards`` read front to back by THE tar reader
+        (:func:`loaders.data.tar.iter_shard`) from a file or a URL (:mod:`loaders.data.remote`:
+        timeouts, one client per endpoint and process). A shard that cannot be read from some
+        point on gives the samples before it and is counted in ``skipped`` (unless listing
+        already found it cut off); samples that listing left out are not yielded (it counted
+        them)."""
+        for s in shards:
+            path = self.index.shards[s]
+            keys = self._keys(s)
+            cut = len(path.rstrip("/").rsplit("/", 1)[-1]) + 1  # iter_shard's "name.tar:" prefix
+            try:
+                # a buffer of its own: this stream pauses mid-shard while others read (a second
+                # loader in this process, e.g. validation with workers=0)
+                reader = remote.open_reader(path, own_buffer=True)
+            except OSError as e:
+                why = remote.reason(e)
+                skipped.append(Skipped(self.index.describe_shard(s), f"tar read error: {why}"))
+                continue
+            for sample in iter_shard(reader, path):
+                if sample.key == path:  # the shard could not be read on from here
+                    if path not in self.truncated:
+                        why = f"tar read error: {remote.redact_text(str(sample.error))}"
+                        skipped.append(Skipped(self.index.describe_shard(s), why))
+                    continue
+                i = keys.get(sample.key[cut:])
+                if i is not None:  # a zero-byte image (listed) fails to decode, and is counted
+                    yield i, sample.data or b""
 
     def _plan(self, epoch: int, num_workers: int) -> list[tuple[list[int], int]]:
         order = (
@@ -316,9 +332,12 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         shuffle_buffer: int = 4096,
         decoder: str = "auto",
         multiprocessing_context=None,
+        batch_transform=None,
+        normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.output = batch_output(self, batch_transform, normalize)
         if index.kind != "shards":
             raise LoaderError(
                 "the wds backend reads WebDataset shards; for an image tree use backend='torch' "
@@ -405,7 +424,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
-        yield from DevicePrefetcher(batches, self.device, self.normalize)
+        yield from DevicePrefetcher(batches, self.device, self.output)
 
     def _backend_state(self) -> dict:
         # the order depends on them: the split over workers and the shuffle buffer

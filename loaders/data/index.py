@@ -13,16 +13,18 @@ samples that are complete are kept).
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from loaders.data import remote
 from loaders.data.layout import Layout, Skipped, locate
-from loaders.data.readers import FileReader
 from loaders.data.tar import iter_shard
 from loaders.errors import LoaderError
 
 LISTING_CHUNK = 8 << 10  # small reads between the seeks past each image, as tarfile's buffer
+REMOTE_LISTING_STREAMS = 16  # remote shards listed at once (as remote.sizes' HEAD requests)
 
 
 class StringTable:
@@ -76,23 +78,33 @@ class SampleIndex:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def remote(self) -> bool:
+        """Whether the samples are read over the network (s3://, http(s)://)."""
+        return remote.is_url(self.root)
+
     def describe(self, i: int) -> str:
-        """Where sample ``i`` lives, for error messages: a path, or ``shard.tar:member``."""
+        """Where sample ``i`` lives, for error messages: a path, or ``shard.tar:member`` (a URL
+        without its credentials)."""
         if self.kind == "tree":
             assert self.paths is not None
-            return self.paths[i]
+            return remote.redact_url(self.paths[i])
         assert self.names is not None and self.shard_of is not None
-        return f"{self.shards[int(self.shard_of[i])]}:{self.names[i]}"
+        return f"{remote.redact_url(self.shards[int(self.shard_of[i])])}:{self.names[i]}"
+
+    def describe_shard(self, s: int) -> str:
+        """Shard ``s``'s path or URL as it may be shown (no credentials)."""
+        return remote.redact_url(self.shards[s])
 
     def read(self, i: int) -> bytes:
-        """The encoded image of sample ``i`` (plain reads; the backends use their own readers)."""
+        """The encoded image of sample ``i``: a whole file or object, or its bytes in a shard
+        (one read; over a URL one GET, ranged for a shard's member). OSError if it cannot."""
         if self.kind == "tree":
             assert self.paths is not None
-            with open(self.paths[i], "rb") as f:
-                return f.read()
+            return remote.read_sample(self.paths[i])
         assert self.shard_of is not None and self.offset is not None and self.size is not None
-        with open(self.shards[int(self.shard_of[i])], "rb") as f:
-            return os.pread(f.fileno(), int(self.size[i]), int(self.offset[i]))
+        shard = self.shards[int(self.shard_of[i])]
+        return remote.read_sample(shard, int(self.offset[i]), int(self.size[i]))
 
     def samples_per_shard(self) -> np.ndarray:
         assert self.shard_of is not None
@@ -100,32 +112,43 @@ class SampleIndex:
 
 
 def open_index(source, fmt: str = "auto") -> SampleIndex:
-    """Index ``source``: a path, a brace list or glob, a list of shard paths, or a
-    :class:`~loaders.data.layout.Layout`. Local paths only (the backends read files)."""
+    """Index ``source``: a path or URL (``s3://``, ``http(s)://``), a brace list or glob, a
+    list of shard paths, or a :class:`~loaders.data.layout.Layout`.
+
+    Remote shards are listed by streaming each one once (the headers are walked, the payloads
+    read past: the whole shard crosses the network), 16 at a time. On many ranks, or for a large
+    dataset, list once and hand the index over: ``pickle.dump(open_index(url), f)`` on one
+    machine, then ``build_loader(pickle.load(f), ...)`` on every rank."""
     if isinstance(source, Layout):
         layout = source
     elif isinstance(source, (list, tuple)):
-        paths = [os.fspath(p) for p in source]
-        if not paths:
-            raise LoaderError("no shards given")
-        missing = [p for p in paths if not os.path.isfile(p)]
-        if missing:
-            raise LoaderError(
-                f"shard not found: {missing[0]} ({len(missing)} of {len(paths)} missing)"
-            )
-        sizes = [os.path.getsize(p) for p in paths]
-        layout = Layout("shards", os.path.dirname(paths[0]) or ".", paths, sizes)
+        layout = _listed_shards([os.fspath(p) for p in source])
     else:
         layout = locate(source, fmt)
-    if layout.remote:
-        scheme = layout.root.split("://", 1)[0]
-        raise LoaderError(f"the loaders read local paths, not {scheme}:// URLs")
     if layout.kind == "records":
         raise LoaderError(
             f"the loaders read image trees and tar shards, not {layout.fmt} files "
             "(feedbench scan reads those)"
         )
     return _index_tree(layout) if layout.kind == "tree" else _index_shards(layout)
+
+
+def _listed_shards(paths: list[str]) -> Layout:
+    """Shards named one by one: local paths, or URLs (all of one kind)."""
+    if not paths:
+        raise LoaderError("no shards given")
+    urls = [remote.is_url(p) for p in paths]
+    if any(urls) and not all(urls):
+        raise LoaderError("shards must be all local paths or all URLs, not a mix")
+    if all(urls):
+        for p in paths:
+            remote.check_protocol(p)
+        return Layout("shards", paths[0].rsplit("/", 1)[0], paths, remote.sizes(paths), remote=True)
+    missing = [p for p in paths if not os.path.isfile(p)]
+    if missing:
+        raise LoaderError(f"shard not found: {missing[0]} ({len(missing)} of {len(paths)} missing)")
+    sizes = [os.path.getsize(p) for p in paths]
+    return Layout("shards", os.path.dirname(paths[0]) or ".", paths, sizes)
 
 
 def _index_tree(layout: Layout) -> SampleIndex:
@@ -142,26 +165,46 @@ def _index_tree(layout: Layout) -> SampleIndex:
 
 def _where(path: str, sample) -> str:
     """A listing problem's place: the shard, or ``shard:member`` (the image's name if any)."""
+    shown = remote.redact_url(path)
     if sample.key == path:
-        return path  # the shard itself (unreadable or cut off)
+        return shown  # the shard itself (unreadable or cut off)
     if sample.at is not None:
-        return f"{path}:{sample.at[2]}"
-    return f"{path}:{sample.key.split(':', 1)[-1]}"
+        return f"{shown}:{sample.at[2]}"
+    return f"{shown}:{sample.key.split(':', 1)[-1]}"
+
+
+def _list_one(path: str) -> list | OSError:
+    """A shard's listing records (:func:`iter_shard` with ``listing``), or why it could not be
+    opened. Locally the payloads are seeked past; over a URL the stream reads through them."""
+    try:
+        reader = remote.open_reader(path, sparse=True, chunk=LISTING_CHUNK)
+    except OSError as e:
+        return e
+    return list(iter_shard(reader, path, listing=True))
+
+
+def _list_shards(layout: Layout):
+    """Every shard's listing, in order: remote shards 16 at a time (each one a stream that
+    waits on the network), local ones one after another (the disk's seeks do not overlap)."""
+    if not layout.remote:
+        yield from map(_list_one, layout.files)
+        return
+    with ThreadPoolExecutor(max_workers=REMOTE_LISTING_STREAMS) as pool:
+        yield from pool.map(_list_one, layout.files)  # each taken in order as it is done
 
 
 def _index_shards(layout: Layout) -> SampleIndex:
     cols: dict[str, list[int]] = {k: [] for k in ("shard", "off", "size", "loff", "lsize", "lab")}
     names: list[str] = []
     skipped: list[Skipped] = list(layout.skipped)
-    for s, path in enumerate(layout.files):
-        try:
-            reader = FileReader(path, sparse=True, chunk=LISTING_CHUNK)
-        except OSError as e:
-            skipped.append(Skipped(path, f"not a readable tar file ({e.strerror or e})"))
+    for s, (path, listed) in enumerate(zip(layout.files, _list_shards(layout), strict=True)):
+        if isinstance(listed, OSError):
+            why = remote.reason(listed)
+            skipped.append(Skipped(remote.redact_url(path), f"not a readable tar file ({why})"))
             continue
-        for sample in iter_shard(reader, path, listing=True):
+        for sample in listed:
             if sample.error is not None:
-                skipped.append(Skipped(_where(path, sample), sample.error))
+                skipped.append(Skipped(_where(path, sample), remote.redact_text(sample.error)))
                 continue
             offset, size, member, label_offset, label_size = sample.at
             cols["shard"].append(s)

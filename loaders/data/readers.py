@@ -174,6 +174,9 @@ class FileReader(StreamBase):
     ``thread=True``: the reads come from a reading thread instead (THE READING THREAD below).
     ``sparse=True``: :meth:`skip` seeks past whole buffers instead of reading them (listing a
     shard's members without reading its payloads). ``chunk``: bytes per read call.
+    ``own_buffer=True``: a buffer of its own instead of the process's reused one (:class:`Buffers`),
+    for a reader that may pause mid-file while another reads in the same process (a loader's
+    stream of shards, say beside a second loader's): the reused buffer would be overwritten.
     """
 
     def __init__(
@@ -186,10 +189,16 @@ class FileReader(StreamBase):
         thread: bool = False,
         sparse: bool = False,
         chunk: int = READ_CHUNK,
+        own_buffer: bool = False,
     ) -> None:
         self._init_stream()
         self._fd = os.open(path, os.O_RDONLY | (os.O_DIRECT if direct else 0))
-        self.buf = Buffers.get(direct) if chunk == READ_CHUNK else memoryview(bytearray(chunk))
+        if chunk == READ_CHUNK and not own_buffer:
+            self.buf = Buffers.get(direct)
+        elif direct:
+            self.buf = memoryview(private_map(chunk))  # page-aligned, as O_DIRECT needs
+        else:
+            self.buf = memoryview(bytearray(chunk))
         self._buffer = self.buf
         self._window = window
         self._piece = max(4096, piece)

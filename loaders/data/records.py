@@ -91,7 +91,7 @@ def build_table(
         try:
             offs, lens, meta[k], why = _index_file(fmt, path, nbytes, url, option)
         except OSError as e:
-            skipped.append((path, f"unreadable: {e.strerror or remote.one_line(e)}"))
+            skipped.append((path, f"unreadable: {remote.reason(e)}"))
             continue
         if why:
             skipped.append((path, why))

@@ -132,6 +132,14 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (say a store's error message) with every URL in it redacted (:func:`redact_url`)."""
+    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
+
+
 def endpoint(url: str) -> str:
     """Where a URL's bytes come from, without credentials: the host (S3: the endpoint's)."""
     if protocol(url) == "s3":
@@ -145,8 +153,15 @@ def endpoint(url: str) -> str:
 
 
 def one_line(e: BaseException) -> str:
+    """An error as one line to show: credentials of any URL in it redacted, at most 300
+    characters."""
     text = " ".join(str(e).split()) or type(e).__name__
-    return text[:300]
+    return redact_text(text)[:300]
+
+
+def reason(e: OSError) -> str:
+    """Why a read failed, to show: the OS's reason, else the error's text, as :func:`one_line`."""
+    return redact_text(e.strerror) if e.strerror else one_line(e)
 
 
 def as_oserror(e: Exception) -> OSError:
@@ -230,6 +245,25 @@ class StreamReader(StreamBase):
         # closing a broken connection must not mask the error that broke it
         with contextlib.suppress(Exception):
             self._f.close()
+
+
+def open_reader(path: str, **file_options) -> StreamBase:
+    """THE reader of a shard for a path or URL: a :class:`StreamReader` for a URL, else a
+    :class:`~loaders.data.readers.FileReader` (given ``file_options``)."""
+    if is_url(path):
+        return StreamReader(path)
+    from loaders.data.readers import FileReader
+
+    return FileReader(path, **file_options)
+
+
+def read_sample(path: str, offset: int | None = None, size: int = 0) -> bytes:
+    """One sample's bytes: a whole file or object (``offset`` None), or ``size`` bytes at
+    ``offset`` of a shard (a URL: one ranged GET for a sample under 8 MiB)."""
+    if is_url(path):
+        return read_object(path) if offset is None else bytes(read_range(path, offset, size)[0])
+    with open(path, "rb") as f:
+        return f.read() if offset is None else os.pread(f.fileno(), size, offset)
 
 
 # --- listing ------------------------------------------------------------------------------------

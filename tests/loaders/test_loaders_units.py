@@ -195,3 +195,25 @@ def test_close_stops_the_workers_that_ran_ahead(tmp_path, backend):
     loader.set_epoch(1)
     assert _keys(loader) == _fresh_keys(root, backend, 1, **kw)
     loader.close()
+
+
+def test_two_wds_loaders_in_one_process_do_not_share_a_read_buffer(tmp_path):
+    """Validation between two batches of training, both without workers: the paused training
+    stream's shard reader must not see what validation read (one reused buffer per process
+    would hand it validation's bytes: a sample lost as "zero-byte", the order shifted)."""
+    shards = make_tiny(tmp_path, n=40, per_shard=10)["shards"]
+    kw = dict(image_size=16, device="cpu", return_keys=True, workers=0, train=False)
+
+    def keys(loader, between=None) -> list[int]:
+        out = []
+        for i, (_, _, k) in enumerate(loader):
+            out += k.tolist()
+            if i == 0 and between is not None:
+                between()
+        return out
+
+    alone = keys(build_loader(shards, "wds", 4, **kw))
+    first = build_loader(shards, "wds", 4, **kw)
+    second = build_loader(shards, "wds", 4, **kw)
+    assert keys(first, between=lambda: keys(second)) == alone == list(range(40))
+    assert not first.skipped
