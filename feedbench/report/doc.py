@@ -84,3 +84,21 @@ def command_text(argv: list[str] | None) -> str:
     import shlex
 
     return shlex.join(argv or [])
+
+
+def side_by_side(systems: list[SystemBlock]) -> Table:
+    """Several systems' facts as one table: a row per fact, a column per system, so that a
+    reader compares them across."""
+    whats: list[str] = []
+    for b in systems:  # a fact one system has alone goes after the fact it follows there
+        at = -1
+        for what, _ in b.facts:
+            if what not in whats:
+                whats.insert(at + 1, what)
+            at = whats.index(what)
+    rows = [{"what": w, **{str(i): dict(b.facts).get(w, "—") for i, b in enumerate(systems)}}
+            for w in whats]  # fmt: skip
+    columns = [Shown("", lambda r: r["what"], "left")] + [
+        Shown(b.title, lambda r, k=str(i): r[k], "left") for i, b in enumerate(systems)
+    ]
+    return Table(title="The systems side by side", rows=rows, columns=columns)

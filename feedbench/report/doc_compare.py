@@ -23,7 +23,8 @@ def compare_document(cmp: Comparison, source: str) -> Document:
         f"{cmp.created_utc}",
         answer=answer(cmp),
         valid=valid,
-        broken=[f"{c.label}: {r}" for c in judged for r in c.system.not_valid_because],
+        broken=[f"{c.label}: " + "; ".join(c.system.not_valid_because)
+                for c in judged if c.system.not_valid_because],
         summary=systems_table(cmp.columns),
         tables=[throughput_table(cmp), setups_table(cmp.columns)],
         systems=[_block(c) for c in cmp.columns],
@@ -37,7 +38,9 @@ def compare_document(cmp: Comparison, source: str) -> Document:
         ],  # fmt: skip
         findings=[r.text for r in cmp.rankings] + list(cmp.summary)
         + [f"{c.label}: {c.verdict}" for c in cmp.columns if c.verdict],
-        warnings=list(cmp.warnings),
+        # each system's broken sizing rules are in the answer already
+        warnings=[w for w in cmp.warnings
+                  if not any(w.startswith(f"{c.label}: {NOT_VALID}") for c in cmp.columns)],
         command=command_text(cmp.command),
         created_utc=cmp.created_utc,
         tool_version=cmp.tool_version,
@@ -50,7 +53,7 @@ def answer(cmp: Comparison) -> list[str]:
         r = c.system
         if r is not None and r.accelerators_fed is not None:
             lines.append(f"{c.label}: feeds {fed_text(r.accelerators_fed, r.accelerators_fed_std)}"
-                         f" × {c.accelerator} at AU ≥ {r.target_au:.0%}"
+                         f" accelerators ({c.accelerator}) at AU ≥ {r.target_au:.0%}"
                          + (f", ${r.usd_per_accelerator_fed:,.0f} per accelerator fed"
                             if r.usd_per_accelerator_fed else "") + ".")  # fmt: skip
     return lines

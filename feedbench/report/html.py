@@ -15,7 +15,7 @@ from typing import Any
 
 import jinja2
 
-from feedbench.report.doc import Document
+from feedbench.report.doc import Document, side_by_side
 from feedbench.report.kinds import plots
 
 # what each figure shows, by the end of its file name
@@ -60,5 +60,6 @@ def page(doc: Document, figs: list[Embedded], source: str) -> str:
     css = (resources.files("feedbench.report") / "templates" / "page.css").read_text("utf-8")
     validity = {True: "valid", False: "invalid", None: "plain"}[doc.valid]
     return _template().render(
-        doc=doc, figures=figs, css=css, validity=validity, source=Path(source).name
+        doc=doc, figures=figs, css=css, validity=validity, source=Path(source).name,
+        side_by_side=side_by_side,
     )

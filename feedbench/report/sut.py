@@ -18,11 +18,13 @@ def system_facts(result: Envelope) -> tuple[list[tuple[str, str]], list[str]]:
     if cfg.get("describe"):
         facts.append(("described as", cfg["describe"]))
     if z is not None and z.kind == "url":
-        facts += [("storage", f"{z.scheme}:// object or web store"),
-                  ("endpoint", z.endpoint or "—"),
+        store = "S3-compatible object store" if z.scheme == "s3" else f"{z.scheme} server"
+        facts += [("storage", store), ("endpoint", z.endpoint or "—"),
                   ("credentials", "used" if z.credentials else "none (anonymous)")]  # fmt: skip
     elif z is not None:
-        facts += [("filesystem", z.fstype or "unknown"), ("mount source", z.source or "—"),
+        where = "network or FUSE" if z.network else "local"
+        facts += [("storage", f"{where} filesystem"),
+                  ("filesystem", z.fstype or "unknown"), ("mount source", z.source or "—"),
                   ("mount point", z.mount_point or "—"),
                   ("mount options", z.mount_options or "—")]  # fmt: skip
         b = z.block_device
