@@ -17,19 +17,28 @@ def report(
     results: Annotated[Path, typer.Argument(help="A results file of scan, verify or compare.")],
     html: Annotated[
         Path | None,
-        typer.Option(metavar="PATH", help="Also write one self-contained HTML page here: the "
-                     "answer, summary table, charts, system under test, method, command."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            metavar="PATH",
+            help="Also write one self-contained HTML page here: the "
+            "answer, summary table, charts, system under test, method, command.",
+        ),
+    ] = None,
     md: Annotated[
         Path | None,
-        typer.Option(metavar="PATH", help="Also write Markdown here: the answer, the summary "
-                     "table, the system under test and the command."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            metavar="PATH",
+            help="Also write Markdown here: the answer, the summary "
+            "table, the system under test and the command.",
+        ),
+    ] = None,
     csv: Annotated[
         Path | None,
-        typer.Option(metavar="PATH", help="Also write the summary table as CSV here: one row "
-                     "per consumer count (scan), system (compare) or run (verify)."),
-    ] = None,  # fmt: skip
+        typer.Option(
+            metavar="PATH",
+            help="Also write the summary table as CSV here: one row "
+            "per consumer count (scan), system (compare) or run (verify).",
+        ),
+    ] = None,
 ) -> None:
     """Show a results file again, as the command printed it (and as HTML, Markdown or CSV)."""
     from feedbench.report.export import write_exports

@@ -23,24 +23,37 @@ def compare_document(cmp: Comparison, source: str) -> Document:
         f"{cmp.created_utc}",
         answer=answer(cmp),
         valid=valid,
-        broken=[f"{c.label}: " + "; ".join(c.system.not_valid_because)
-                for c in judged if c.system.not_valid_because],
+        broken=[
+            f"{c.label}: " + "; ".join(c.system.not_valid_because)
+            for c in judged
+            if c.system.not_valid_because
+        ],
         summary=systems_table(cmp.columns),
         tables=[throughput_table(cmp), setups_table(cmp.columns)],
         systems=[_block(c) for c in cmp.columns],
         method=[
             ("pass compared", cmp.pass_name),
-            ("consumer counts", ", ".join(map(str, cmp.counts))
-             + f" (measured by every file: {', '.join(map(str, cmp.common_counts)) or 'none'})"),
+            (
+                "consumer counts",
+                ", ".join(map(str, cmp.counts))
+                + f" (measured by every file: {', '.join(map(str, cmp.common_counts)) or 'none'})",
+            ),
             ("files", "; ".join(f"{c.label}: {c.path}" for c in cmp.columns)),
-            ("a real difference", "a gap larger than twice the two measurements' combined "
-             "standard deviation (over their repeats)"),
-        ],  # fmt: skip
-        findings=[r.text for r in cmp.rankings] + list(cmp.summary)
+            (
+                "a real difference",
+                "a gap larger than twice the two measurements' combined "
+                "standard deviation (over their repeats)",
+            ),
+        ],
+        findings=[r.text for r in cmp.rankings]
+        + list(cmp.summary)
         + [f"{c.label}: {c.verdict}" for c in cmp.columns if c.verdict],
         # each system's broken sizing rules are in the answer already
-        warnings=[w for w in cmp.warnings
-                  if not any(w.startswith(f"{c.label}: {NOT_VALID}") for c in cmp.columns)],
+        warnings=[
+            w
+            for w in cmp.warnings
+            if not any(w.startswith(f"{c.label}: {NOT_VALID}") for c in cmp.columns)
+        ],
         command=command_text(cmp.command),
         created_utc=cmp.created_utc,
         tool_version=cmp.tool_version,
@@ -146,16 +159,22 @@ def throughput_table(cmp: Comparison) -> Table:
 def setups_table(cols: list[Column]) -> Table:
     """What each scan measured: one row per aspect, one column per system."""
     aspects = [
-        ("data", lambda c: f"{c.dataset_format}: {c.dataset_files:,} files, "
-                           f"{fmt_bytes(c.dataset_bytes)}"),
+        (
+            "data",
+            lambda c: (
+                f"{c.dataset_format}: {c.dataset_files:,} files, {fmt_bytes(c.dataset_bytes)}"
+            ),
+        ),
         ("path", lambda c: c.dataset),
         ("stages", lambda c: ",".join(c.stages)),
         ("batch / image", lambda c: f"{c.batch_size} / {c.image_size}"),
         ("cache", lambda c: c.cache),
         ("accelerator", lambda c: c.accelerator or "none"),
-        ("scanned", lambda c: c.created_utc[:16].replace("T", " ")
-                              + (" (partial)" if c.partial else "")),
-    ]  # fmt: skip
+        (
+            "scanned",
+            lambda c: c.created_utc[:16].replace("T", " ") + (" (partial)" if c.partial else ""),
+        ),
+    ]
     rows = [{"aspect": name, **{c.label: get(c) for c in cols}} for name, get in aspects]
     return Table(
         title="Setups: what each scan measured",

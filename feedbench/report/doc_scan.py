@@ -146,8 +146,10 @@ def summary_table(result: ScanResult) -> Table:
         Shown("AU mean / worst", lambda r: f"{fmt_pct(r['au_mean'])} / {fmt_pct(r['au_min'])}"),
         Shown("accelerators fed", lambda r: dash(r["fed"], lambda x: f"{x:.2f}")),
         Shown("speedup", lambda r: dash(r["speedup"], lambda x: f"{x:.2f}×")),
-        Shown("repeats", lambda r: str(r["repeats"]) + (f" (+{r['failed']} failed)"
-                                                        if r["failed"] else "")),  # fmt: skip
+        Shown(
+            "repeats",
+            lambda r: str(r["repeats"]) + (f" (+{r['failed']} failed)" if r["failed"] else ""),
+        ),
     ]
     return Table(
         title="One row per consumer count and pass",
@@ -172,11 +174,18 @@ def _references(result: ScanResult) -> list[Measurement]:
 
 def stage_table(m: Measurement) -> Table:
     rows = [
-        {"stage": s.name, "share": s.share, "rate": s.samples_per_s, "mb": s.mb_per_s,
-         "busy_s": s.busy_s, "p50": s.latency.p50_s if s.latency else None,
-         "p99": s.latency.p99_s if s.latency else None, "available": s.available}
+        {
+            "stage": s.name,
+            "share": s.share,
+            "rate": s.samples_per_s,
+            "mb": s.mb_per_s,
+            "busy_s": s.busy_s,
+            "p50": s.latency.p50_s if s.latency else None,
+            "p99": s.latency.p99_s if s.latency else None,
+            "available": s.available,
+        }
         for s in m.stages
-    ]  # fmt: skip
+    ]
     resident = dash(m.cache.resident_before, lambda x: f"{x:.0%}")
     return Table(
         title=f"Stages at {_plural(m.consumers, 'consumer')} × {_plural(m.workers, 'worker')}, "
@@ -185,12 +194,16 @@ def stage_table(m: Measurement) -> Table:
         columns=[
             Shown("stage", lambda r: r["stage"], "left"),
             Shown("share of loader time", lambda r: fmt_pct(r["share"]) if r["available"] else ""),
-            Shown("samples/s per worker", lambda r: fmt_rate(r["rate"]) if r["available"]
-                  else "unavailable"),  # fmt: skip
+            Shown(
+                "samples/s per worker",
+                lambda r: fmt_rate(r["rate"]) if r["available"] else "unavailable",
+            ),
             Shown("MB/s per worker", lambda r: f"{r['mb']:,.1f}" if r["mb"] else ""),
             Shown("busy (all workers)", lambda r: fmt_s(r["busy_s"])),
-            Shown("p50 / p99 latency", lambda r: f"{fmt_s(r['p50'])} / {fmt_s(r['p99'])}"
-                  if r["p50"] is not None else ""),  # fmt: skip
+            Shown(
+                "p50 / p99 latency",
+                lambda r: f"{fmt_s(r['p50'])} / {fmt_s(r['p99'])}" if r["p50"] is not None else "",
+            ),
         ],
     )
 
@@ -202,14 +215,23 @@ def method(result: ScanResult) -> list[tuple[str, str]]:
     out = [
         ("data", f"{ds.path}: {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}{samples}"),
         ("stages", ", ".join(cfg.get("stages") or [])),
-        ("batch", f"{cfg.get('batch_size')} samples" + (f", image size {cfg['image_size']}"
-                                                         if cfg.get("image_size") else "")),
-        ("consumers", ", ".join(str(n) for n in cfg.get("consumers") or [])
-         + f"; loader workers per consumer: {cfg.get('workers') or 'the cores shared out'}"),
+        (
+            "batch",
+            f"{cfg.get('batch_size')} samples"
+            + (f", image size {cfg['image_size']}" if cfg.get("image_size") else ""),
+        ),
+        (
+            "consumers",
+            ", ".join(str(n) for n in cfg.get("consumers") or [])
+            + f"; loader workers per consumer: {cfg.get('workers') or 'the cores shared out'}",
+        ),
         ("passes", ", ".join(cfg.get("passes") or []) + _cache_words(result)),
-        ("repeats", f"{cfg.get('repeat')} per point; rates after {cfg.get('warmup_batches')} "
-                    "warm-up batch(es) per consumer"),
-    ]  # fmt: skip
+        (
+            "repeats",
+            f"{cfg.get('repeat')} per point; rates after {cfg.get('warmup_batches')} "
+            "warm-up batch(es) per consumer",
+        ),
+    ]
     if cfg.get("direct"):
         out.append(("reads", "O_DIRECT (no page cache)"))
     if cfg.get("loader"):

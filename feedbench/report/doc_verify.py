@@ -19,12 +19,18 @@ def verify_document(result: VerifyResult, source: str) -> Document:
     facts, flags = system_facts(result)
     ds = result.dataset
     method = [
-        ("model", f"{cfg.get('model')} at {cfg.get('image_size')} px on {cfg.get('device')} "
-                  f"({cfg.get('backend')}, {cfg.get('precision')})"),
-        ("scaling", f"{cfg.get('scaling')}: batch {cfg.get('batch_size')}"
-                    + (f" per {unit}" if cfg.get("scaling") == "weak" else " in all")),
+        (
+            "model",
+            f"{cfg.get('model')} at {cfg.get('image_size')} px on {cfg.get('device')} "
+            f"({cfg.get('backend')}, {cfg.get('precision')})",
+        ),
+        (
+            "scaling",
+            f"{cfg.get('scaling')}: batch {cfg.get('batch_size')}"
+            + (f" per {unit}" if cfg.get("scaling") == "weak" else " in all"),
+        ),
         ("steps", f"{cfg.get('steps')} measured after {cfg.get('warmup')} warm-up"),
-    ]  # fmt: skip
+    ]
     if ds is not None:
         method.insert(0, ("data", f"{ds.path}: {ds.format}, {ds.files:,} files, "
                                   f"{fmt_bytes(ds.bytes)}"))  # fmt: skip
@@ -80,8 +86,11 @@ def runs_table(result: VerifyResult, unit: str) -> Table:
         title="One row per training run",
         rows=[_row(r) for r in runs],
         columns=[
-            Shown("loader", lambda r: r["loader"] + ("" if r["status"] == "ok"
-                                                     else f" ({r['status']})"), "left"),
+            Shown(
+                "loader",
+                lambda r: r["loader"] + ("" if r["status"] == "ok" else f" ({r['status']})"),
+                "left",
+            ),
             Shown(f"{unit}s", lambda r: str(r["gpus"])),
             Shown("images/s", lambda r: dash(r["images_per_s"], fmt_rate)),
             Shown("speedup", lambda r: dash(r["speedup"], lambda x: f"{x:.2f}×")),
@@ -90,7 +99,7 @@ def runs_table(result: VerifyResult, unit: str) -> Table:
             Shown("data wait", lambda r: dash(r["data_wait"], lambda x: f"{x:.1%}")),
             Shown("step", lambda r: dash(r["step_ms"], lambda x: f"{x:,.1f} ms")),
             Shown("GPU util", lambda r: dash(r["gpu_util"], lambda x: f"{x:.0f}%")),
-        ],  # fmt: skip
+        ],
         csv=VERIFY_CSV,
         note="Efficiency: images/s ÷ (N × images/s at the fewest ranks); of ceiling: images/s ÷ "
         "the synthetic run's (data already on the device) at the same N; data wait: the "

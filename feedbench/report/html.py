@@ -60,6 +60,10 @@ def page(doc: Document, figs: list[Embedded], source: str) -> str:
     css = (resources.files("feedbench.report") / "templates" / "page.css").read_text("utf-8")
     validity = {True: "valid", False: "invalid", None: "plain"}[doc.valid]
     return _template().render(
-        doc=doc, figures=figs, css=css, validity=validity, source=Path(source).name,
+        doc=doc,
+        figures=figs,
+        css=css,
+        validity=validity,
+        source=Path(source).name,
         side_by_side=side_by_side,
     )
