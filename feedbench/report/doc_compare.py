@@ -8,7 +8,7 @@ from pathlib import Path
 
 from feedbench.report.compare import Column, Comparison, fed_text
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
-from feedbench.report.fmt import fmt_bytes, fmt_rate
+from feedbench.report.fmt import fmt_bytes, fmt_rate, fmt_s
 from feedbench.scan.results import NOT_VALID
 
 
@@ -119,7 +119,7 @@ def systems_table(cols: list[Column]) -> Table:
         Shown("samples/s", lambda r: dash(r["samples_per_s"], fmt_rate)),
         Shown("MB/s", lambda r: dash(r["mb_per_s"], lambda x: f"{x:,.1f}")),
         Shown("files/s", lambda r: dash(r["files_per_s"], fmt_rate)),
-        Shown("read p99", lambda r: dash(r["read_p99_ms"], lambda x: f"{x:,.1f} ms")),
+        Shown("read p99", lambda r: dash(r["read_p99_ms"], lambda x: fmt_s(x / 1e3))),
         Shown("clients", lambda r: str(r["clients"])),
     ]
     if any(r["cost_usd"] for r in rows):

@@ -142,7 +142,7 @@ def summary_table(result: ScanResult) -> Table:
         Shown("CV", lambda r: f"{r['cv']:.1%}" if r["repeats"] > 1 else "—"),
         Shown("MB/s", lambda r: f"{r['mb_per_s']:,.1f}"),
         Shown("files/s", lambda r: fmt_rate(r["files_per_s"])),
-        Shown("read p99", lambda r: dash(r["read_p99_ms"], lambda x: f"{x:,.1f} ms")),
+        Shown("read p99", lambda r: dash(r["read_p99_ms"], lambda x: fmt_s(x / 1e3))),
         Shown("AU mean / worst", lambda r: f"{fmt_pct(r['au_mean'])} / {fmt_pct(r['au_min'])}"),
         Shown("accelerators fed", lambda r: dash(r["fed"], lambda x: f"{x:.2f}")),
         Shown("speedup", lambda r: dash(r["speedup"], lambda x: f"{x:.2f}×")),
