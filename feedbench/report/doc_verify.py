@@ -10,7 +10,7 @@ from feedbench.report.fmt import fmt_bytes, fmt_rate
 from feedbench.report.sut import system_facts
 from feedbench.report.verify_console import _settings
 from feedbench.verify.analysis import loaders_in
-from feedbench.verify.results import VerifyResult, VerifyRun
+from feedbench.verify.results import VerifyResult, VerifyRun, unit_plural
 
 
 def verify_document(result: VerifyResult, source: str) -> Document:
@@ -91,7 +91,7 @@ def runs_table(result: VerifyResult, unit: str) -> Table:
                 lambda r: r["loader"] + ("" if r["status"] == "ok" else f" ({r['status']})"),
                 "left",
             ),
-            Shown(f"{unit}s", lambda r: str(r["gpus"])),
+            Shown(unit_plural(unit), lambda r: str(r["gpus"])),
             Shown("images/s", lambda r: dash(r["images_per_s"], fmt_rate)),
             Shown("speedup", lambda r: dash(r["speedup"], lambda x: f"{x:.2f}×")),
             Shown("efficiency", lambda r: dash(r["efficiency"], lambda x: f"{x:.0%}")),
