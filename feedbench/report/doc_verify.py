@@ -8,7 +8,7 @@ from pathlib import Path
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.fmt import fmt_bytes, fmt_rate
 from feedbench.report.sut import system_facts
-from feedbench.report.verify_console import _settings
+from feedbench.report.verify_console import tuned_settings
 from feedbench.verify.analysis import loaders_in
 from feedbench.verify.results import VerifyResult, VerifyRun, unit_plural
 
@@ -34,7 +34,7 @@ def verify_document(result: VerifyResult, source: str) -> Document:
     if ds is not None:
         method.insert(0, ("data", f"{ds.path}: {ds.format}, {ds.files:,} files, "
                                   f"{fmt_bytes(ds.bytes)}"))  # fmt: skip
-    method += [("setting", s) for s in _settings(cfg)]
+    method += [("setting", s) for s in tuned_settings(cfg)]
     return Document(
         kind="verify",
         title="Does DDP training scale with these loaders?",

@@ -1,4 +1,5 @@
-"""Every kind of results file, and what reporting does with each: load, show, draw."""
+"""Every kind of results file, and what reporting does with each: load, show, draw, and make
+into a document (for the HTML page, the Markdown and the CSV)."""
 
 from __future__ import annotations
 
