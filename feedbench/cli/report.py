@@ -1,4 +1,4 @@
-"""``feedbench report``: any results file shown again, or as one HTML page."""
+"""``feedbench report``: any results file shown again, or as an HTML page, Markdown or CSV."""
 
 from __future__ import annotations
 
@@ -9,21 +9,42 @@ import typer
 
 from feedbench.cli.app import app, out
 
+Target = Annotated[Path | None, typer.Option(metavar="PATH")]
+
 
 @app.command()
 def report(
-    results: Annotated[Path, typer.Argument(help="A results file of scan, verify or compare.")],
+    results: Annotated[Path, typer.Argument(help="A results file of scan, verify, compare or a prediction check.")],
     html: Annotated[
         Path | None,
-        typer.Option(help="Also write one self-contained HTML page here (tables and plots)."),
+        typer.Option(
+            metavar="PATH",
+            help="Also write one self-contained HTML page here: the "
+            "answer, summary table, charts, system under test, method, command.",
+        ),
+    ] = None,
+    md: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Also write Markdown here: the answer, the summary "
+            "table, the system under test and the command.",
+        ),
+    ] = None,
+    csv: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="PATH",
+            help="Also write the summary table as CSV here: one row "
+            "per consumer count (scan), system (compare) or run (verify).",
+        ),
     ] = None,
 ) -> None:
-    """Show a results file again, as the command printed it (and as HTML with --html)."""
-    from feedbench.report.html import write_html
+    """Show a results file again, as the command printed it (and as HTML, Markdown or CSV)."""
+    from feedbench.report.export import write_exports
     from feedbench.report.kinds import load_any, render
 
     kind, result = load_any(results)
     render(kind, result, out)
-    if html is not None:
-        written = write_html(kind, result, str(results), html)
-        out.print(f"html: {written}")
+    for what, written in write_exports(kind, result, str(results), html=html, md=md, csv=csv):
+        out.print(f"{what}: {written}")

@@ -19,6 +19,7 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
 from feedbench.scan.sweep import curve_points
@@ -58,6 +59,11 @@ class Column:
     storage: str | None = None  # where the bytes came from: "nfs4 from srv:/x", "s3 at host"
     described: str | None = None  # the user's --describe
     system: SystemRow | None = None  # the one-row summary a procurement table shows
+    accelerator_samples_per_s: float | None = None  # one emulated accelerator's appetite
+    # the system under test as the scan's own report describes it: (what, value) pairs, and
+    # what makes the numbers not the system's own (slowed on purpose, partial)
+    system_facts: list[list[str]] = field(default_factory=list)
+    system_flags: list[str] = field(default_factory=list)
 
     def best(self) -> CurvePoint | None:
         return max(self.points.values(), key=lambda p: p.samples_per_s_mean, default=None)
@@ -140,6 +146,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
     cfg = result.config
     acc = result.accelerator or {}
     v = result.verdict
+    facts, flags = system_facts(result)
     return Column(
         label=label,
         path=str(path),
@@ -173,6 +180,9 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         system=system_row(result, pass_name),
         storage=_storage(result),
         described=cfg.get("describe"),
+        accelerator_samples_per_s=acc.get("samples_per_s") if acc else None,
+        system_facts=[list(f) for f in facts],
+        system_flags=flags,
     )
 
 

@@ -1,4 +1,5 @@
-"""A comparison's figure: the scaling curves of the compared scans (PNG)."""
+"""A comparison's figure: the compared scans' scaling curves in samples/s, with the accelerators'
+demand, and in MB/s below (PNG)."""
 
 from __future__ import annotations
 
@@ -7,37 +8,75 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from feedbench.report.compare import Comparison
+from feedbench.report.compare import Column, Comparison, fed_text
 from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, new_figure, save_optional
+from feedbench.scan.results import CurvePoint
 
 _PALETTE = ["tab:blue", "tab:orange", *_OTHER_COLORS]
 
+Line = tuple[Column, list[CurvePoint], str]  # a scan, its points in consumer order, its colour
+
 
 def compare_figure(cmp: Comparison) -> Figure | None:
-    """Samples/s against consumers, one line per compared scan (mean ± σ over repeats; no bar
-    for a single repeat). ``None`` when no scan has a point of the compared pass."""
-    lines = [(c.label, sorted(c.points.values(), key=lambda p: p.consumers)) for c in cmp.columns]
-    lines = [(label, pts) for label, pts in lines if pts]
+    """Top: samples/s against consumers, one line per compared scan (mean ± σ over repeats; no
+    bar for a single repeat), and the demand of N accelerators (N × one accelerator's
+    samples/s) where the scans emulated one. Bottom: MB/s over the same window. ``None`` when
+    no scan has a point of the compared pass."""
+    have = [(c, sorted(c.points.values(), key=lambda p: p.consumers)) for c in cmp.columns]
+    lines = [(c, pts, _PALETTE[i % len(_PALETTE)]) for i, (c, pts) in
+             enumerate((c, pts) for c, pts in have if pts)]  # fmt: skip
     if not lines:
         return None
-    fig = new_figure((7.5, 4.8))
-    ax = fig.add_subplot(1, 1, 1)
-    counts: list[int] = []
-    for i, (label, pts) in enumerate(lines):
-        xs = [p.consumers for p in pts]
-        ys = [p.samples_per_s_mean for p in pts]
+    fig = new_figure((7.5, 7.6))
+    ax, ax_mb = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 2]})
+    counts = sorted({p.consumers for _, pts, _ in lines for p in pts})
+    _samples_panel(ax, lines, counts)
+    _mb_panel(ax_mb, lines)
+    _consumer_axis(ax_mb, counts)
+    ax.tick_params(labelbottom=True)
+    ax.set_title(f"feedbench compare — {cmp.pass_name} pass", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def _samples_panel(ax, lines: list[Line], counts: list[int]) -> None:
+    for c, pts, color in lines:
         es = [p.samples_per_s_std if p.repeats > 1 else 0.0 for p in pts]
-        counts += xs
-        color = _PALETTE[i % len(_PALETTE)]
-        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=color, label=label)
-    _consumer_axis(ax, counts)
+        ax.errorbar([p.consumers for p in pts], [p.samples_per_s_mean for p in pts], yerr=es,
+                    marker="o", capsize=3, color=color, label=c.label)  # fmt: skip
+    _demand_lines(ax, lines, counts)
     ax.set_ylabel("samples/s (after warm-up)")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
-    ax.set_title(f"feedbench compare — {cmp.pass_name} pass", fontsize=10)
-    fig.tight_layout()
-    return fig
+
+
+def _demand_lines(ax, lines: list[Line], counts: list[int]) -> None:
+    """N × one accelerator's samples/s: one black line where every scan emulated the same
+    accelerator, else one dashed line per scan in its colour. The label says how many each
+    system feeds at the target AU."""
+    rated = [(c, color) for c, _, color in lines if c.accelerator_samples_per_s]
+    shared = len({c.accelerator_samples_per_s for c, _ in rated}) == 1
+    for c, color in rated[:1] if shared else rated:
+        rate = c.accelerator_samples_per_s
+        who = c.accelerator if shared else f"{c.label}: {c.accelerator}"
+        ax.plot(counts, [n * rate for n in counts], linestyle="--", linewidth=1,
+                color="black" if shared else color,
+                label=f"demand of N × {who} ({rate:,.0f} samples/s each)")  # fmt: skip
+    fed = [f"{c.label} {fed_text(c.system.accelerators_fed)}" for c, _, _ in lines
+           if c.system is not None and c.system.accelerators_fed is not None]  # fmt: skip
+    if fed:
+        ax.text(0.99, 0.02, "accelerators fed: " + ", ".join(fed), transform=ax.transAxes,
+                ha="right", va="bottom", fontsize=8)  # fmt: skip
+
+
+def _mb_panel(ax, lines: list[Line]) -> None:
+    for c, pts, color in lines:
+        ax.plot([p.consumers for p in pts], [p.mb_per_s_mean for p in pts], marker="s",
+                color=color, label=c.label)  # fmt: skip
+    ax.set_ylabel("MB/s (mean over repeats)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
 
 
 def compare_plot(cmp: Comparison, path: str | os.PathLike[str]) -> Path | None:

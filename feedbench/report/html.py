@@ -1,56 +1,69 @@
-"""``feedbench report``: re-render any results file (scan, verify, compare) on the console, or as
-one self-contained HTML page: the same rich tables and sentences as the command printed, and
-its plots embedded as PNG. Never measures; everything comes from the file."""
+"""``feedbench report --html``: any results file (scan, verify, compare) as one self-contained
+page: the answer first (with "not valid for sizing" and why), the summary table, the charts,
+the system under test, the method and warnings, the exact command. Styles are inline and the
+charts are PNG data URIs: the page loads nothing, so it opens offline and prints as it shows.
+Never measures; everything comes from the file."""
 
 from __future__ import annotations
 
 import base64
-import html
-import io
-import os
 import tempfile
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+import jinja2
 
-from feedbench.core.errors import FeedbenchError
-from feedbench.core.files import write_atomic
-from feedbench.report.kinds import headline, plots, render
+from feedbench.report.doc import Document, side_by_side
+from feedbench.report.kinds import plots
+
+# what each figure shows, by the end of its file name
+CAPTIONS = {
+    "scan-scaling": "Throughput against consumers (mean ± std over repeats), with the "
+    "accelerators' demand: N × one accelerator's samples/s. Below: each stage's own rate.",
+    "scan-au": "Accelerator utilisation against consumers, mean and worst consumer, with the "
+    "target AU.",
+    "scan-timeline": "Resources during every measurement, one after another: CPU cores busy, "
+    "disk and network MB/s (and GPU when present).",
+    "compare-scaling": "Samples/s and MB/s against consumers, one line per system, with the "
+    "accelerators' demand: N × one accelerator's samples/s.",
+    "verify-scaling": "Training images/s against ranks, per loader, with the synthetic ceiling.",
+    "verify-breakdown": "Where each training step's time goes, per loader and rank count.",
+}
 
 
-def to_html(kind: str, result: Any, source: str, width: int = 110) -> str:
-    """One page: the console rendering (colours kept, inline styles) and the plots as data URIs."""
-    console = Console(record=True, width=width, file=io.StringIO(), color_system="truecolor")
-    render(kind, result, console)
-    pre = '<pre style="font-family:ui-monospace,Menlo,Consolas,monospace;font-size:13px">'
-    body = console.export_html(inline_styles=True, code_format=pre + "{code}</pre>")
-    images = []
+@dataclass
+class Embedded:
+    caption: str
+    src: str  # a data: URI
+
+
+def _template() -> jinja2.Template:
+    files = resources.files("feedbench.report") / "templates"
+    env = jinja2.Environment(autoescape=True, trim_blocks=False, undefined=jinja2.StrictUndefined)
+    return env.from_string(files.joinpath("page.html").read_text(encoding="utf-8"))
+
+
+def figures(kind: str, result: Any) -> list[Embedded]:
+    """The command's own plots, drawn again from the results, as PNG data URIs."""
+    out = []
     with tempfile.TemporaryDirectory(prefix="feedbench-report-") as d:
         for p in plots(kind, result, d):
-            data = base64.b64encode(p.read_bytes()).decode()
-            images.append(
-                f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{html.escape(p.stem)}</figcaption></figure>"
-            )
-    title = f"feedbench {kind}: {Path(source).name}"
-    lead = "".join(f"<p class=lead>{html.escape(line)}</p>" for line in headline(kind, result))
-    command = html.escape(" ".join(getattr(result, "command", []) or []))
-    return (
-        '<!doctype html>\n<html><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title>"
-        "<style>body{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}"
-        "img{max-width:100%}figure{margin:1.5em 0}figcaption{color:#555;font-size:90%}"
-        ".lead{font-size:120%;font-weight:600}code{font-size:90%}"
-        "@media print{body{margin:0;max-width:none}figure{break-inside:avoid}}</style>"
-        f"</head><body><h1>{html.escape(title)}</h1>\n{lead}\n{body}\n{''.join(images)}\n"
-        f"<p>command: <code>{command}</code></p></body></html>\n"
+            data = base64.b64encode(p.read_bytes()).decode("ascii")
+            uri = f"data:image/png;base64,{data}"
+            out.append(Embedded(CAPTIONS.get(p.stem, p.stem), uri))
+    return out
+
+
+def page(doc: Document, figs: list[Embedded], source: str) -> str:
+    css = (resources.files("feedbench.report") / "templates" / "page.css").read_text("utf-8")
+    validity = {True: "valid", False: "invalid", None: "plain"}[doc.valid]
+    return _template().render(
+        doc=doc,
+        figures=figs,
+        css=css,
+        validity=validity,
+        source=Path(source).name,
+        side_by_side=side_by_side,
     )
-
-
-def write_html(kind: str, result: Any, source: str, target: str | os.PathLike[str]) -> Path:
-    try:
-        write_atomic(target, to_html(kind, result, source))
-    except OSError as e:
-        raise FeedbenchError(f"cannot write {target}: {e.strerror or e}") from e
-    return Path(target)

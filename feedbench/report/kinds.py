@@ -1,4 +1,5 @@
-"""Every kind of results file, and what reporting does with each: load, show, draw."""
+"""Every kind of results file, and what reporting does with each: load, show, draw, and make
+into a document (for the HTML page, the Markdown and the CSV)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from feedbench.report import (
     compare,
     compare_console,
     compare_plots,
+    doc_compare,
+    doc_scan,
+    doc_verify,
     prediction,
     scan_console,
     scan_plots,
     verify_console,
     verify_plots,
 )
+from feedbench.report.doc import Document
 from feedbench.scan import results as scan_results
 from feedbench.verify import results as verify_results
 
@@ -47,7 +52,11 @@ def render(kind: str, result: Any, console: Console) -> None:
 def plots(kind: str, result: Any, directory: str) -> list[Path]:
     """The command's own figures, written to ``directory``."""
     if kind == "scan":
-        return scan_plots.write_all(result, directory, "scan") if result.measurements else []
+        if not result.measurements:
+            return []
+        target = result.sizing.target_au if result.sizing and result.sizing.target_au else None
+        target = target or result.config.get("target_au") or 0.9
+        return scan_plots.write_all(result, directory, "scan", target=target)
     if kind == "verify":
         return verify_plots.write_plots(result, directory, "verify") if result.runs else []
     if kind == "prediction":
@@ -56,20 +65,10 @@ def plots(kind: str, result: Any, directory: str) -> list[Path]:
     return [p] if p is not None else []
 
 
-def headline(kind: str, result: Any) -> list[str]:
-    """The answer first, in a sentence or two: what a reader of the page needs before tables."""
-    if kind == "scan":
-        lines = [result.verdict.text] if result.verdict else []
-        z = result.sizing
-        if z is not None and z.accelerators_fed is not None and result.accelerator:
-            name = result.accelerator.get("name") or "accelerator"
-            lines.insert(0, f"Feeds {compare.fed_text(z.accelerators_fed, z.accelerators_fed_std)}"
-                            f" × {name} at AU ≥ {z.target_au:.0%}.")  # fmt: skip
-        if z is not None:
-            lines.append(z.label())
-        return lines
-    if kind == "compare":
-        return [result.winner] if result.winner else list(result.summary[:1])
-    if kind == "prediction":
-        return [prediction.sentence(p) for p in result.pairs]
-    return [v.text for v in result.verdicts[:1]] if getattr(result, "verdicts", None) else []
+def document(kind: str, result: Any, source: str) -> Document:
+    """The results as a document (answer, summary table, system, method, command): what the
+    HTML page, the Markdown and the CSV lay out."""
+    build = {"scan": doc_scan.scan_document, "verify": doc_verify.verify_document,
+             "compare": doc_compare.compare_document,
+             "prediction": prediction.prediction_document}[kind]  # fmt: skip
+    return build(result, source)

@@ -196,3 +196,55 @@ def render(check_: PredictionCheck, console: Console) -> None:
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> PredictionCheck:
     return envelope.load(path, "prediction", PredictionCheck, data)
+
+
+def prediction_document(check_: PredictionCheck, source: str):
+    """The check as a document (page, Markdown, CSV): one row per pair."""
+    from pathlib import Path
+
+    from feedbench.report.doc import Document, Shown, Table, command_text, dash
+
+    rows = [vars(p) | {"agrees": p.agrees} for p in check_.pairs]
+    pct = lambda x: f"{x:.1%}"  # noqa: E731
+    table = Table(
+        title="Scan's prediction beside verify's training, per loader and GPU count",
+        rows=rows,
+        columns=[
+            Shown("loader", lambda r: r["loader"], "left"),
+            Shown("GPUs", lambda r: str(r["gpus"])),
+            Shown("predicted AU", lambda r: f"{r['predicted_au']:.3f}"),
+            Shown("predicted wait", lambda r: pct(r["predicted_wait"])),
+            Shown("measured wait", lambda r: pct(r["measured_wait"])),
+            Shown("of ceiling", lambda r: dash(r["ceiling_fraction"], lambda x: f"{x:.2f}")),
+            Shown("difference", lambda r: f"{r['difference_points']:.1f} pt"),
+            Shown("agree", lambda r: "yes" if r["agrees"] else "no"),
+        ],
+        csv=[
+            ("loader", "loader"),
+            ("GPUs", "gpus"),
+            ("predicted AU (0-1)", "predicted_au"),
+            ("predicted data wait (0-1)", "predicted_wait"),
+            ("measured data wait (0-1)", "measured_wait"),
+            ("measured data wait, worst rank (0-1)", "measured_wait_max"),
+            ("fraction of synthetic ceiling (0-1)", "ceiling_fraction"),
+            ("emulated step (s)", "scan_step_s"),
+            ("verify compute step (s)", "verify_compute_step_s"),
+            ("difference (points)", "difference_points"),
+            ("same data", "same_data"),
+        ],  # fmt: skip
+        note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
+        f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points.",
+    )
+    return Document(
+        kind="prediction",
+        title="Did the scan predict the training run?",
+        subtitle=f"feedbench compare · {Path(source).name} · {check_.created_utc}",
+        answer=[sentence(p) for p in check_.pairs],
+        valid=None,
+        broken=[],
+        summary=table,
+        warnings=list(check_.unpaired) + list(check_.warnings),
+        command=command_text(check_.command),
+        created_utc=check_.created_utc,
+        tool_version=check_.tool_version,
+    )

@@ -29,7 +29,7 @@ def render_verify(result: VerifyResult, console: Console) -> None:
     """The setup, the throughput and step-time tables, then verdicts, errors and warnings."""
     unit = result.config.get("unit", "GPU")
     _print_setup(result, console)
-    settings = _settings(result.config)
+    settings = tuned_settings(result.config)
     if settings:
         console.print("settings: " + "; ".join(escape(t) for t in settings))
     order = loaders_in(result)
@@ -63,7 +63,7 @@ def _print_setup(result: VerifyResult, console: Console) -> None:
     )
 
 
-def _settings(cfg: dict[str, Any]) -> list[str]:
+def tuned_settings(cfg: dict[str, Any]) -> list[str]:
     """Each setting that differs from the defaults, in words (unescaped)."""
     tuned = [
         f"{name}: " + ", ".join(f"{k}={v}" for k, v in opts.items())

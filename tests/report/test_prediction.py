@@ -44,8 +44,14 @@ def test_the_prediction_is_set_beside_the_measurement(cli, stock_scan, verify_ru
     line = next(ln for ln in r.out.splitlines() if ln.startswith("baseline at 1 GPU: "))
     assert f"scan predicted AU {point['au_mean']:.3f}" in line
     assert f"verify measured {run['data_wait_fraction']:.1%} data wait" in line
-    again = cli("report", str(out))  # the check is a results file like any other
-    assert again.code == 0 and line in again.out
+    # the check is a results file like any other: shown again, as a page and as CSV
+    again = cli("report", str(out), "--html", str(tmp_path / "p.html"), "--csv",
+                str(tmp_path / "p.csv"))  # fmt: skip
+    assert again.code == 0 and line in again.out, again.err
+    page = (tmp_path / "p.html").read_text()
+    assert "Did the scan predict the training run?" in page
+    row = (tmp_path / "p.csv").read_text().splitlines()[1]
+    assert row.startswith("baseline,1,")
 
 
 def test_nothing_to_pair_is_one_line(cli, scan_json, verify_run):

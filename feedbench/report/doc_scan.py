@@ -1,0 +1,273 @@
+"""A scan's results as a :class:`~feedbench.report.doc.Document`: the answer (accelerators fed,
+whether the run may size a system), one row per consumer count and pass, the system under test,
+the method, the warnings and the command."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from feedbench.report.compare import fed_text
+from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
+from feedbench.report.doc import plural as _plural
+from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.sut import system_facts
+from feedbench.scan.results import Measurement, ScanResult
+from feedbench.scan.sizing import fed
+from feedbench.scan.sweep import curve_points
+
+
+def scan_document(result: ScanResult, source: str) -> Document:
+    z = result.sizing
+    facts, flags = system_facts(result)
+    return Document(
+        kind="scan",
+        title=f"Can {result.dataset.path} keep the accelerators fed?",
+        subtitle=f"feedbench scan · {Path(source).name} · {result.created_utc}",
+        answer=answer(result),
+        valid=z.valid if z else None,
+        broken=list(z.broken) if z else [],
+        summary=summary_table(result),
+        tables=[stage_table(m) for m in _references(result)],
+        systems=[SystemBlock("System under test", facts, flags)],
+        method=method(result),
+        findings=list(result.verdict.evidence) if result.verdict else [],
+        warnings=warnings(result),
+        command=command_text(result.command),
+        created_utc=result.created_utc,
+        tool_version=result.tool_version,
+    )
+
+
+def accelerator_name(acc: dict | None) -> str:
+    """An emulated accelerator in words: a profile's or workload's name, else its appetite."""
+    if not acc:
+        return "accelerators"
+    each = f"{fmt_rate(acc.get('samples_per_s'))} samples/s each"
+    if acc.get("kind") in ("profile", "workload"):
+        return f"× {acc.get('name')} ({each})"
+    if acc.get("kind") == "step":
+        return f"accelerators ({acc.get('name')}, {each})"
+    return f"accelerators ({each})"
+
+
+def answer(result: ScanResult) -> list[str]:
+    """Accelerators fed (a fraction, ± its spread) first, then the verdict."""
+    lines = []
+    z = result.sizing
+    if z is not None and z.accelerators_fed is not None and result.accelerator:
+        lines.append(
+            f"Feeds {fed_text(z.accelerators_fed, z.accelerators_fed_std)} "
+            f"{accelerator_name(result.accelerator)} at AU ≥ {z.target_au:.0%} "
+            f"(best at {_plural(z.at_consumers or 0, 'consumer')})."
+        )
+    elif result.accelerator is None and result.curve:
+        best = max(result.curve, key=lambda p: p.samples_per_s_mean)
+        lines.append(
+            f"Delivers {fmt_rate(best.samples_per_s_mean)} samples/s "
+            f"({best.mb_per_s_mean:,.1f} MB/s) at {_plural(best.consumers, 'consumer')}, "
+            f"{best.pass_name} pass (no accelerator emulated: add --profile or --step-time "
+            "for accelerators fed)."
+        )
+    if result.verdict is not None:
+        lines.append(result.verdict.text)
+    return lines
+
+
+def _read_p99_s(ms: list[Measurement]) -> float | None:
+    p99 = [s.latency.p99_s for m in ms for s in m.stages if s.name == "read" and s.latency]
+    return statistics.fmean(p99) if p99 else None
+
+
+def _fed(ms: list[Measurement], target: float | None) -> float | None:
+    values = [fed(m.consumers, m.au_mean, target) for m in ms if m.au_mean is not None]
+    return statistics.fmean(values) if values and target else None
+
+
+def summary_rows(result: ScanResult) -> list[Row]:
+    """One row per consumer count and pass: the curve point's numbers, with the read stage's
+    p99 latency and the accelerators fed, both the mean over that point's repeats."""
+    target = result.sizing.target_au if result.sizing else result.config.get("target_au")
+    rows = []
+    for p in curve_points(result):
+        key = (p.consumers, p.pass_name)
+        ms = [m for m in result.measurements if (m.consumers, m.pass_name) == key and not m.failed]
+        rows.append({
+            "consumers": p.consumers, "pass": p.pass_name, "repeats": p.repeats,
+            "failed": p.failed, "workers": p.workers,
+            "samples_per_s": p.samples_per_s_mean, "samples_per_s_std": p.samples_per_s_std,
+            "samples_per_s_min": p.samples_per_s_min, "samples_per_s_max": p.samples_per_s_max,
+            "cv": p.cv, "mb_per_s": p.mb_per_s_mean, "files_per_s": p.files_per_s_mean,
+            "read_p99_ms": None if (x := _read_p99_s(ms)) is None else x * 1e3,
+            "au_mean": p.au_mean, "au_min": p.au_min, "fed": _fed(ms, target),
+            "speedup": p.speedup, "efficiency": p.efficiency,
+        })  # fmt: skip
+    return rows
+
+
+SCAN_CSV = [
+    ("consumers", "consumers"),
+    ("pass", "pass"),
+    ("repeats", "repeats"),
+    ("failed repeats", "failed"),
+    ("loader workers per consumer", "workers"),
+    ("samples/s mean", "samples_per_s"),
+    ("samples/s std", "samples_per_s_std"),
+    ("samples/s min", "samples_per_s_min"),
+    ("samples/s max", "samples_per_s_max"),
+    ("CV (std/mean)", "cv"),
+    ("MB/s mean (1 MB = 10^6 B)", "mb_per_s"),
+    ("files/s mean", "files_per_s"),
+    ("read p99 latency (ms)", "read_p99_ms"),
+    ("AU mean (0-1)", "au_mean"),
+    ("AU worst consumer (0-1)", "au_min"),
+    ("accelerators fed at target AU", "fed"),
+    ("speedup vs 1 consumer (x)", "speedup"),
+    ("efficiency (0-1)", "efficiency"),
+]
+
+
+def _mean_std(r: Row) -> str:
+    spread = f" ± {fmt_rate(r['samples_per_s_std'])}" if r["repeats"] > 1 else ""
+    return fmt_rate(r["samples_per_s"]) + spread
+
+
+def summary_table(result: ScanResult) -> Table:
+    basis = result.curve[0].rate_basis if result.curve else "steady"
+    when = "after the warm-up batches" if basis == "steady" else "over the whole pass"
+    columns = [
+        Shown("consumers", lambda r: str(r["consumers"])),
+        Shown("pass", lambda r: r["pass"], "left"),
+        Shown("samples/s (mean ± std)", _mean_std),
+        Shown("CV", lambda r: f"{r['cv']:.1%}" if r["repeats"] > 1 else "—"),
+        Shown("MB/s", lambda r: f"{r['mb_per_s']:,.1f}"),
+        Shown("files/s", lambda r: fmt_rate(r["files_per_s"])),
+        Shown("read p99", lambda r: dash(r["read_p99_ms"], lambda x: fmt_s(x / 1e3))),
+        Shown("AU mean / worst", lambda r: f"{fmt_pct(r['au_mean'])} / {fmt_pct(r['au_min'])}"),
+        Shown("accelerators fed", lambda r: dash(r["fed"], lambda x: f"{x:.2f}")),
+        Shown("speedup", lambda r: dash(r["speedup"], lambda x: f"{x:.2f}×")),
+        Shown(
+            "repeats",
+            lambda r: str(r["repeats"]) + (f" (+{r['failed']} failed)" if r["failed"] else ""),
+        ),
+    ]
+    return Table(
+        title="One row per consumer count and pass",
+        rows=summary_rows(result),
+        columns=columns,
+        csv=SCAN_CSV,
+        note=f"Rates summed over all consumers, {when}; mean ± standard deviation over the "
+        "repeats. Read p99: the read stage's 99th-percentile latency per sample. Accelerators "
+        "fed: N × AU ÷ target AU, at most N.",
+    )
+
+
+def _references(result: ScanResult) -> list[Measurement]:
+    """The last repeat at the largest consumer count of each pass."""
+    out: dict[str, Measurement] = {}
+    for m in result.measurements:
+        cur = out.get(m.pass_name)
+        if not m.failed and (cur is None or (m.consumers, m.repeat) >= (cur.consumers, cur.repeat)):
+            out[m.pass_name] = m
+    return list(out.values())
+
+
+def stage_table(m: Measurement) -> Table:
+    rows = [
+        {
+            "stage": s.name,
+            "share": s.share,
+            "rate": s.samples_per_s,
+            "mb": s.mb_per_s,
+            "busy_s": s.busy_s,
+            "p50": s.latency.p50_s if s.latency else None,
+            "p99": s.latency.p99_s if s.latency else None,
+            "available": s.available,
+        }
+        for s in m.stages
+    ]
+    resident = dash(m.cache.resident_before, lambda x: f"{x:.0%}")
+    return Table(
+        title=f"Stages at {_plural(m.consumers, 'consumer')} × {_plural(m.workers, 'worker')}, "
+        f"{m.pass_name} pass (repeat {m.repeat}; cache resident before: {resident})",
+        rows=rows,
+        columns=[
+            Shown("stage", lambda r: r["stage"], "left"),
+            Shown("share of loader time", lambda r: fmt_pct(r["share"]) if r["available"] else ""),
+            Shown(
+                "samples/s per worker",
+                lambda r: fmt_rate(r["rate"]) if r["available"] else "unavailable",
+            ),
+            Shown("MB/s per worker", lambda r: f"{r['mb']:,.1f}" if r["mb"] else ""),
+            Shown("busy (all workers)", lambda r: fmt_s(r["busy_s"])),
+            Shown(
+                "p50 / p99 latency",
+                lambda r: f"{fmt_s(r['p50'])} / {fmt_s(r['p99'])}" if r["p50"] is not None else "",
+            ),
+        ],
+    )
+
+
+def method(result: ScanResult) -> list[tuple[str, str]]:
+    """How the numbers were measured, as (what, how) pairs."""
+    cfg, ds, acc = result.config, result.dataset, result.accelerator
+    samples = f", {ds.samples:,} samples" if ds.samples is not None else ""
+    out = [
+        ("data", f"{ds.path}: {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}{samples}"),
+        ("stages", ", ".join(cfg.get("stages") or [])),
+        (
+            "batch",
+            f"{cfg.get('batch_size')} samples"
+            + (f", image size {cfg['image_size']}" if cfg.get("image_size") else ""),
+        ),
+        (
+            "consumers",
+            ", ".join(str(n) for n in cfg.get("consumers") or [])
+            + f"; loader workers per consumer: {cfg.get('workers') or 'the cores shared out'}",
+        ),
+        ("passes", ", ".join(cfg.get("passes") or []) + _cache_words(result)),
+        (
+            "repeats",
+            f"{cfg.get('repeat')} per point; rates after {cfg.get('warmup_batches')} "
+            "warm-up batch(es) per consumer",
+        ),
+    ]
+    if cfg.get("direct"):
+        out.append(("reads", "O_DIRECT (no page cache)"))
+    if cfg.get("loader"):
+        out.append(("loader", f"{cfg['loader']} (timed end to end)"))
+    if acc:
+        mode = "asynchronous" if cfg.get("async_steps") else "synchronous across consumers (DDP)"
+        rate = fmt_rate(acc.get("samples_per_s"))
+        out.append(("accelerator emulated", f"{acc.get('name')}: {rate} samples/s, "
+                    f"{fmt_s(acc.get('step_s'))} per batch of "
+                    f"{acc.get('batch_size', cfg.get('batch_size'))}, steps {mode}"))  # fmt: skip
+        target = result.sizing.target_au if result.sizing else cfg.get("target_au")
+        out.append(("AU", "step time ÷ (step time + data wait + sync wait), per consumer; "
+                    f"target {dash(target, lambda x: f'{x:.0%}')}"))  # fmt: skip
+    if cfg.get("workload"):
+        out.append(("workload", f"{cfg['workload']} (MLPerf Storage shape)"))
+    rules = result.sizing.rules if result.sizing else {}
+    if rules:
+        out.append(("sizing rules", f"data ≥ {rules.get('dataset_vs_ram', 5):g}× client RAM; "
+                    f"cold first pass (≤ {rules.get('max_resident_before_cold', 0.01):.0%} "
+                    f"resident); ≥ {rules.get('min_repeats', 3):g} repeats with CV ≤ "
+                    f"{rules.get('max_cv', 0.1):.0%}; an idle host; a complete run"))  # fmt: skip
+    return out
+
+
+def _cache_words(result: ScanResult) -> str:
+    cold = [m.cache.resident_before for m in result.measurements
+            if m.pass_name == "cold" and m.cache.resident_before is not None]  # fmt: skip
+    if not cold:
+        return ""
+    return (f" (page cache emptied before each cold pass: at most {max(cold):.1%} of the data "
+            "was resident when one began)")  # fmt: skip
+
+
+def warnings(result: ScanResult) -> list[str]:
+    out = list(result.warnings)
+    out += [f"skipped {e.key} ({e.stage}): {e.message}" for e in result.errors[:5]]
+    out += [f"failed: {_plural(m.consumers, 'consumer')}, {m.pass_name}, repeat {m.repeat}: "
+            f"{m.failed} (no rate: left out)" for m in result.measurements if m.failed]  # fmt: skip
+    return out
