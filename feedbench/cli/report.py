@@ -14,7 +14,9 @@ Target = Annotated[Path | None, typer.Option(metavar="PATH")]
 
 @app.command()
 def report(
-    results: Annotated[Path, typer.Argument(help="A results file of scan, verify, compare or a prediction check.")],
+    results: Annotated[
+        Path, typer.Argument(help="A results file: scan, verify, compare or prediction check.")
+    ],
     html: Annotated[
         Path | None,
         typer.Option(
