@@ -107,7 +107,8 @@ def test_warnings_name_what_differs():
     [
         ("one", r"compare takes at least two scan results files"),
         ("missing", r"no such results file: .*nowhere\.json"),
-        ("verify", r"holds 'verify' results, not scan results"),
+        ("compare", r"holds 'compare' results, not scan results"),
+        ("verify", r"no scan and verify run share a loader and count in the cold pass"),
         ("garbage", r"is not a feedbench results file"),
         ("labels", r"--label given 1 times for 2 results files"),
         ("warm", r"no file measured a warm pass \(they hold: cold\)"),
@@ -121,8 +122,8 @@ def test_bad_input_is_one_line_and_exit_2(cli, scans, tmp_path, case, message):
         "labels": [local, slow, "-L", "x"],
         "warm": [local, slow, "--pass", "warm"],
     }.get(case)
-    if case == "verify":
-        doc = json.loads(scans["local"].read_text()) | {"kind": "verify"}
+    if case in ("compare", "verify"):  # a verify file makes it a prediction check
+        doc = json.loads(scans["local"].read_text()) | {"kind": case}
         (tmp_path / "v.json").write_text(json.dumps(doc))
         args = [local, str(tmp_path / "v.json")]
     if case == "garbage":
