@@ -80,6 +80,7 @@ class Tally:
         self.first_batch_s: float | None = None
         self.waits: list[float] = []  # data wait per measured batch
         self.step_s = self.data_wait_s = self.sync_wait_s = 0.0
+        self.step_late_s = 0.0  # the emulated steps' sleep overshoot (taken off later steps)
         self.steady_samples = 0
         self.steady_bytes = self.steady_files = 0  # read in the steady window (errors too)
         self.t_start = self.t_end = time.perf_counter()
@@ -180,12 +181,34 @@ class StepBarrier:
 
 
 def emulate_step(step_s: float) -> float:
-    """Sleep the emulated accelerator step; returns the time it took (0.0 without a step)."""
-    if step_s <= 0:
-        return 0.0
-    ts = time.perf_counter()
-    time.sleep(step_s)
-    return time.perf_counter() - ts
+    """Sleep the emulated accelerator step once; returns the time it took (0.0 without a step)."""
+    return Accelerator(step_s).step()
+
+
+class Accelerator:
+    """The emulated accelerator: ``step_s`` of sleep per batch, paced to the nominal rate.
+
+    A sleep that overshoots (the process woke late: a busy host, many consumers per core) is
+    taken off the next steps; otherwise the loader would get every late wake-up as extra time and
+    the AU would read high exactly when the CPU is saturated. ``late_s``: all overshoot so far;
+    ``owed_s``: what the next steps still have to take off.
+    """
+
+    def __init__(self, step_s: float) -> None:
+        self.step_s = step_s
+        self.owed_s = self.late_s = 0.0
+
+    def step(self) -> float:
+        if self.step_s <= 0:
+            return 0.0
+        want = max(0.0, self.step_s - self.owed_s)
+        ts = time.perf_counter()
+        if want > 0:
+            time.sleep(want)
+        took = time.perf_counter() - ts
+        self.late_s += max(0.0, took - want)
+        self.owed_s = max(0.0, self.owed_s + took - self.step_s)
+        return took
 
 
 def timed_copy(batch: torch.Tensor, device: torch.device, clock: Clock, *, pinned: bool) -> None:
@@ -307,6 +330,7 @@ def consume_batches(
     """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
     the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
     The loader's workers start with the clock and stop when this returns."""
+    accelerator = Accelerator(step_s)
     tally.start()
     it = start_workers(loader)
     while True:
@@ -325,11 +349,12 @@ def consume_batches(
             progress(times.read_bytes)
         if times.samples == 0:
             continue  # a worker's tail with only errors: not a batch
-        step = emulate_step(step_s)
+        step = accelerator.step()
         tally.count_step(
             times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step
         )
     tally.stop()
+    tally.step_late_s = accelerator.late_s
 
 
 def consumer_stats(
@@ -375,6 +400,7 @@ def consumer_stats(
         steady_files=tally.steady_files,
         stages=stats,
         step_s=tally.step_s,
+        step_late_s=tally.step_late_s,
         data_wait_s=tally.data_wait_s,
         sync_wait_s=tally.sync_wait_s,
         barrier_idle_s=barrier_idle_s,

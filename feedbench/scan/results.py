@@ -61,6 +61,7 @@ class ConsumerStats:
     steady_samples_per_s: float | None
     stages: list[StageStats]
     step_s: float = 0.0  # emulated accelerator time over measured (post-warm-up) steps
+    step_late_s: float = 0.0  # the steps' sleep overshoot, all batches (taken off later steps)
     data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
     sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier
     barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)
