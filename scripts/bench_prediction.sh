@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Scan's prediction against verify's training on the GPU machine (issues 15 and 17): for each
+# loader, `feedbench scan --loader L --profile resnet50-h200` (the emulated H200 step) and
+# `feedbench verify --loader ...` (real ResNet-50 training) on the same data and GPU count, then
+# `feedbench compare scan-L.json verify.json` sets the predicted data wait (1 − AU) beside the
+# measured one. The stock DataLoader is scanned as verify's own recipe:
+# `--loader feedbench.verify.loaders:stock_loader` pairs with verify's `baseline`.
+#
+# Machine: run-tool kind nvidia-h200 (GPUS=1) or nvidia-h200-xN (GPUS="1,2,4,8"); after
+# `. scripts/device_env.sh` (DALI and webdataset carried in parts). Two calls, each within the
+# 10-minute limit:
+#
+#   scripts/bench_prediction.sh scan     # the four scans (warm pass, 3 repeats): ~3 min
+#   scripts/bench_prediction.sh verify   # synthetic + baseline, torch, dali, wds: ~5 min
+#   scripts/bench_prediction.sh compare  # the prediction checks (no GPU work)
+#
+# Environment: DATA (default /tmp/fb8k: 8,192 ImageNet-like JPEGs, tree and 32 shards, made on
+# first use), GPUS (default 1), STEPS (default 100), OUT (default $OUT or results/).
+# Warm pass on purpose: verify trains many epochs over data the page cache holds after the first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${DATA:-/tmp/fb8k}
+GPUS=${GPUS:-1}
+STEPS=${STEPS:-100}
+OUT=${OUT:-results}
+mkdir -p "$OUT"
+test -d "$DATA" || python3 -m feedbench sample "$DATA" --images 8192 --per-shard 256 --seed 0 \
+  --jobs "$(nproc)" > /dev/null
+LOADERS="torch wds dali feedbench.verify.loaders:stock_loader"
+
+case "${1:-scan}" in
+  scan)
+    for L in $LOADERS; do
+      name=${L##*:}
+      src=$DATA/images; [ "$L" = wds ] && src=$DATA/shards
+      timeout 150 python3 -m feedbench scan "$src" --loader "$L" --consumers "$GPUS" \
+        --profile resnet50-h200 --passes warm --repeat 3 --no-plots \
+        --json "$OUT/scan-$name.json" > "$OUT/scan-$name.txt" 2>&1 || echo "$L: exit $?"
+      grep -E "^verdict|fed|^error" "$OUT/scan-$name.txt" | head -3
+    done ;;
+  verify)
+    timeout 570 python3 -m feedbench verify "$DATA" --gpus "$GPUS" \
+      --loader baseline,torch,dali,wds --device cuda --model resnet50 -b 256 --steps "$STEPS" \
+      --warmup 20 --keep-going --run-timeout 150 --no-plots --json "$OUT/verify.json" \
+      > "$OUT/verify.txt" 2>&1 || echo "verify: exit $?"
+    tail -25 "$OUT/verify.txt" ;;
+  compare)
+    for L in $LOADERS; do
+      name=${L##*:}
+      python3 -m feedbench compare "$OUT/scan-$name.json" "$OUT/verify.json" --passes warm \
+        --json "$OUT/prediction-$name.json" | tail -3
+    done ;;
+  *) echo "usage: $0 scan|verify|compare" >&2; exit 2 ;;
+esac
