@@ -8,6 +8,7 @@ A factory is called in every consumer with the keywords it accepts among :data:`
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import importlib.util
@@ -252,3 +253,10 @@ def make(f: Factory, kwargs: dict[str, Any]) -> Iterable[Any]:
             "batches (return the DataLoader, dataset or generator itself)"
         )
     return made
+
+
+def run_exit_handlers() -> None:
+    """Run the ``atexit`` handlers now, as a training script's end would: a process that used the
+    user's loader leaves through ``os._exit`` (see ``leave_without_finalizing``), which skips
+    them, and loaders clean up there (MosaicML Streaming unlinks its shared memory)."""
+    atexit._run_exitfuncs()

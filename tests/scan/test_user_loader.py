@@ -2,7 +2,7 @@
 
 The pieces (spec, keywords, options, sample counting, the user's frames) are plain functions
 tested in this process; a few scans run real third-party loaders (torchvision, Hugging Face
-``datasets``) from the factory files in ``factories/``, end to end."""
+``datasets``, MosaicML Streaming, LitData) from the factory files in ``factories/``, end to end."""
 
 from __future__ import annotations
 
@@ -314,3 +314,77 @@ def test_measure_names_a_factory_it_cannot_hand_to_consumers():
 
     with pytest.raises(FeedbenchError, match="not a module-level function"):
         feedbench.measure(lambda: [], consumers=1)
+
+
+def _images_and_labels(dataset: Path) -> list[tuple[bytes, int]]:
+    """The sample dataset's 24 JPEGs with their class index, in a fixed order."""
+    images = sorted((dataset / "images").rglob("*.jpg"))
+    classes = sorted({p.parent.name for p in images})
+    return [(p.read_bytes(), classes.index(p.parent.name)) for p in images]
+
+
+def _litdata_item(item: tuple[bytes, int]) -> dict:
+    image, label = item
+    return {"image": image, "label": label}
+
+
+def _scan_at_one_and_two(cli, data: Path, given: str, out: Path, samples: int) -> dict:
+    """One scan at 1 and 2 consumers, cold then warm, 1 loader worker each, batches of 4; each
+    consumer must read only its share: every pass counts the dataset once, whatever the count."""
+    r = cli("scan", str(data), "--loader", given, "--loader-option", "shuffle=true",
+            "--consumers", "1,2", "--passes", "cold,warm", "--step-time", "0.01", "-b", "4",
+            "--workers", "1", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 0, r.err
+    res = json.loads(out.read_text())
+    cfg = res["config"]
+    assert cfg["loader"] == given and cfg["loader_options"] == {"shuffle": True}
+    assert cfg["loader_code"]["file"] == given.rpartition(":")[0]
+    assert f"loader: {given} with shuffle=True" in r.out
+    got = [(m["consumers"], m["pass_name"], m["samples"]) for m in res["measurements"]]
+    assert got == [(n, p, samples) for n in (1, 2) for p in ("cold", "warm")]
+    for m in res["measurements"]:
+        n = m["consumers"]
+        assert [c["loader_batches"] for c in m["per_consumer"]] == [samples // 4 // n] * n
+        assert not m["failed"] and all(c["au"] is not None for c in m["per_consumer"])
+    return res
+
+
+def _shared_memory() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.slow
+def test_scan_mosaicml_streaming_over_a_local_mds_directory(dataset, cli, tmp_path, monkeypatch):
+    if importlib.util.find_spec("streaming") is None:
+        pytest.skip("MosaicML Streaming is not installed (pip install -e '.[streaming]')")
+    from streaming import MDSWriter
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where Streaming keeps its file locks
+    mds = tmp_path / "mds"
+    items = _images_and_labels(dataset)
+    with MDSWriter(out=str(mds), columns={"image": "bytes", "label": "int"},
+                   size_limit=1 << 20) as writer:  # fmt: skip
+        for image, label in items:
+            writer.write({"image": image, "label": label})
+    before = _shared_memory()
+    res = _scan_at_one_and_two(cli, mds, spec("fb_mds.py"), tmp_path / "r.json", len(items))
+    assert res["dataset"]["files"] == len(list(mds.iterdir())) > 2  # index.json and shards
+    # Streaming unlinks its shared memory at exit: the consumers ran their exit handlers
+    assert not {n for n in _shared_memory() - before if re.match(r"\d{6}_", n)}
+
+
+@pytest.mark.slow
+def test_scan_litdata_over_an_optimized_local_directory(dataset, cli, tmp_path, monkeypatch):
+    if importlib.util.find_spec("litdata") is None:
+        pytest.skip("LitData is not installed (pip install -e '.[test]')")
+    import litdata
+
+    monkeypatch.setenv("LITDATA_CACHE_DIR", str(tmp_path / "litdata-cache"))
+    monkeypatch.setenv("DATA_OPTIMIZER_NUM_WORKERS", "1")  # optimize sets it: restored after
+    optimized = tmp_path / "optimized"
+    items = _images_and_labels(dataset)
+    litdata.optimize(fn=_litdata_item, inputs=items, output_dir=str(optimized), chunk_size=6,
+                     num_workers=1, start_method="fork")  # fmt: skip
+    res = _scan_at_one_and_two(cli, optimized, spec("fb_litdata.py"), tmp_path / "r.json",
+                               len(items))  # fmt: skip
+    assert res["dataset"]["files"] == 5  # index.json and 4 chunks of 6
