@@ -6,13 +6,17 @@ tested in this process; a few scans run real third-party loaders (torchvision, H
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -256,6 +260,53 @@ def test_a_raising_factory_shows_the_users_frame_and_exits_2(dataset, cli, tmp_p
     assert "Traceback (your code, most recent call last):" in r.err
     assert re.search(r'fb_raising\.py", line \d+, in open_index', r.err)
     assert OURS not in r.err and "Traceback (most recent" not in r.err
+
+
+def _marked(name: str, mark: str, within_s: float = 5.0) -> list[str]:
+    """Live processes other than this one whose environment has ``name=mark`` (waiting up to
+    ``within_s`` for those on their way out)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for p in psutil.process_iter(["pid", "name"]):
+            with contextlib.suppress(psutil.Error):
+                if (p.pid != os.getpid() and p.environ().get(name) == mark
+                        and p.status() != psutil.STATUS_ZOMBIE):  # fmt: skip
+                    left.append(f"{p.pid} {p.info['name']}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_hanging_loader_ends_by_the_stall_timeout(dataset, cli, tmp_path, monkeypatch):
+    """Its worker delivers 2 batches, then hangs: the scan stops after --stall-timeout, names
+    the loader, marks the measurement failed (no rate), exits 3 and leaves no process (the
+    consumer, its loader worker) behind."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # it serves this whole test session: started unmarked
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("FEEDBENCH_TEST_MARK", mark)  # inherited by every process of the scan
+    given, out = spec("fb_hanging.py"), tmp_path / "r.json"
+    t0 = time.monotonic()
+    r = cli("scan", str(dataset / "images"), "--loader", given, "--loader-option", "after=8",
+            "--consumers", "1", "-b", "4", "--workers", "1", "--step-time", "0.01",
+            "--stall-timeout", "5", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 3, r.out + r.err
+    assert time.monotonic() - t0 < 90  # start-up, 2 batches, 5 s of silence, the stop
+    last = r.err.strip().splitlines()[-1]
+    said = re.fullmatch(
+        rf"error: 1 consumer, cold pass: (stalled: no consumer took a batch from the loader "
+        rf"{re.escape(given)} for (\d+) s \(consumer 0 the longest\): the loader, or the "
+        rf"storage it reads, hangs \(--stall-timeout 5\))", last)  # fmt: skip
+    assert said and 5 <= int(said[2]) <= 7, r.err  # the watchdog looks twice a second
+    assert "Traceback" not in r.err
+    doc = json.loads(out.read_text())
+    assert doc["partial"] and doc["failure"].endswith(said[1])
+    (m,) = doc["measurements"]
+    assert m["failed"] == said[1] and m["consumers"] == 1 and doc["curve"] == []
+    assert not _marked("FEEDBENCH_TEST_MARK", mark), "processes of the scan left behind"
 
 
 def test_unequal_batch_counts_across_ranks_are_named(cli, tmp_path):
