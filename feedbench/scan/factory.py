@@ -255,6 +255,16 @@ def make(f: Factory, kwargs: dict[str, Any]) -> Iterable[Any]:
     return made
 
 
+def epoch_owner(loader: Any) -> Any:
+    """What moves ``loader`` to the next epoch: the first of the loader, its sampler (a
+    DataLoader over a DistributedSampler) or its dataset (a Hugging Face IterableDataset) with a
+    ``set_epoch``; None when none has one."""
+    for owner in (loader, getattr(loader, "sampler", None), getattr(loader, "dataset", None)):
+        if callable(getattr(owner, "set_epoch", None)):
+            return owner
+    return None
+
+
 def run_exit_handlers() -> None:
     """Run the ``atexit`` handlers now, as a training script's end would: a process that used the
     user's loader leaves through ``os._exit`` (see ``leave_without_finalizing``), which skips
