@@ -277,5 +277,5 @@ def consumer(**options) -> None:
     except KeyboardInterrupt:  # a rank other than 0, or rank 0 before it had a result
         code = EXIT_INTERRUPTED
     if is_user_spec(options.get("loader")):
-        run_exit_handlers()  # the user's loader cleans up there (shared memory, temp files)
+        run_exit_handlers(code)  # the user's loader cleans up there (shared memory, files)
     leave_without_finalizing(code)  # a torchrun rank, its work written (see the function)

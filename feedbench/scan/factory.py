@@ -15,6 +15,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -265,8 +266,16 @@ def epoch_owner(loader: Any) -> Any:
     return None
 
 
-def run_exit_handlers() -> None:
+def run_exit_handlers(code: int = 0, timeout_s: float = 10.0) -> None:
     """Run the ``atexit`` handlers now, as a training script's end would: a process that used the
     user's loader leaves through ``os._exit`` (see ``leave_without_finalizing``), which skips
-    them, and loaders clean up there (MosaicML Streaming unlinks its shared memory)."""
-    atexit._run_exitfuncs()
+    them, and loaders clean up there (MosaicML Streaming unlinks its shared memory). A handler
+    still running after ``timeout_s`` (joining a child that never ends) is left: the process
+    exits with ``code``, its results already written, rather than hang as a stalled one."""
+    guard = threading.Timer(timeout_s, os._exit, (code,))
+    guard.daemon = True
+    guard.start()
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        guard.cancel()

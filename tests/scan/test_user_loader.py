@@ -161,6 +161,29 @@ def test_a_factory_returning_nothing_iterable_is_named(tmp_path):
         factory.make(f, {})
 
 
+def test_exit_handlers_run_and_one_that_hangs_is_left(tmp_path):
+    """What a consumer of a user loader does before os._exit (in a process of its own: here
+    they would be pytest's handlers): the loader's clean-up runs, a hanging one is cut off."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = tmp_path / "cleaned"
+    code = (
+        "import atexit, pathlib, time\n"
+        "from feedbench.scan.factory import run_exit_handlers\n"
+        "atexit.register(time.sleep, 600)\n"  # runs last (LIFO): joins what never ends
+        f"atexit.register(pathlib.Path({str(done)!r}).write_text, 'cleaned')\n"
+        "run_exit_handlers(3, timeout_s=1)\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # the guard's exit, with the code it was given
+    assert done.read_text() == "cleaned" and time.monotonic() - t0 < 30
+
+
 def test_uncountable_batches_are_named():
     loader = TrainingLoader([object()], "my.py:make")
     with pytest.raises(UserLoaderError, match="my.py:make yields batches of type object without"):

@@ -471,5 +471,5 @@ def main(argv: list[str] | None = None) -> None:
     os.makedirs(args.out_dir, exist_ok=True)
     code = run(args)
     if is_user(args.loader):
-        run_exit_handlers()  # the user's loader cleans up there (shared memory, temp files)
+        run_exit_handlers(code)  # the user's loader cleans up there (shared memory, files)
     leave_without_finalizing(code)  # its results are written: no interpreter teardown
