@@ -251,6 +251,7 @@ def consumer(**options) -> None:
     options]``); rank 0 gathers, renders and writes the results."""
     from feedbench.core.envelope import save
     from feedbench.core.supervise import leave_without_finalizing
+    from feedbench.scan.factory import is_user_spec, run_exit_handlers
     from feedbench.scan.run import outcome
     from feedbench.scan.torchrun import run_under_torchrun
 
@@ -275,4 +276,6 @@ def consumer(**options) -> None:
         code = e.code
     except KeyboardInterrupt:  # a rank other than 0, or rank 0 before it had a result
         code = EXIT_INTERRUPTED
+    if is_user_spec(options.get("loader")):
+        run_exit_handlers(code)  # the user's loader cleans up there (shared memory, files)
     leave_without_finalizing(code)  # a torchrun rank, its work written (see the function)

@@ -16,7 +16,9 @@ LoaderNames = Annotated[
         "--loader",
         "-l",
         help="baseline (stock DataLoader), dali-example (DALI as in its ResNet-50 example, GPU), "
-        "torch, dali, wds, synthetic (default: baseline + every loader installed).",
+        "torch, dali, wds, synthetic (default: baseline + every loader installed), or your own "
+        "factory, FILE.py:FUNCTION or MODULE:FUNCTION, called as scan --loader calls it; it "
+        "yields (images, labels) or images alone (then labels are made up).",
     ),
 ]
 Model = Annotated[
@@ -35,7 +37,7 @@ LoaderOption = Annotated[
         "-o",
         help="[LOADER:]KEY=VALUE for the library loaders (torch, dali, wds), e.g. "
         "dali:hw_decoder_load=0.99; repeatable. Without LOADER: every loader of the run that "
-        "takes KEY.",
+        "takes KEY, your factory included.",
     ),
 ]
 StreamPriority = Annotated[
@@ -116,19 +118,20 @@ def verify(
 
     Batch sizes are per GPU with --scaling weak, global with strong (default 256; CPU: 16);
     warm-up steps default to 20 (CPU: 5)."""
-    from feedbench.core.choices import parse_counts, parse_names
+    from feedbench.core.choices import parse_counts
     from feedbench.core.envelope import save
     from feedbench.core.redact import scrub
     from feedbench.report.verify_console import render_verify
     from feedbench.report.verify_plots import write_plots
     from feedbench.verify.config import VerifyConfig
+    from feedbench.verify.loaders import parse_loaders
     from feedbench.verify.run import failure
     from feedbench.verify.run import verify as run_verify
 
     config = VerifyConfig(
         data=data if data is not None else default_data(),
         gpus=parse_counts(consumers, "--consumers"),
-        loaders=parse_names(loader, "--loader") if loader is not None else None,
+        loaders=parse_loaders(loader) if loader is not None else None,
         synthetic=synthetic,
         model=model,
         steps=steps,

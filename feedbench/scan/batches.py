@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from feedbench.core.proctree import descendants
-from feedbench.scan.factory import UserLoaderError
+from feedbench.scan.factory import UserLoaderError, epoch_owner
 from feedbench.scan.stream import BatchTimes
 from loaders import start_workers
 
@@ -139,11 +139,9 @@ class TrainingLoader:
         if self.used and self.remake is not None and isinstance(self.loader, Iterator):
             self.loader = self.remake(epoch)
             return
-        owners = [getattr(self.loader, a, None) for a in ("sampler", "dataset")]
-        for owner in (self.loader, *owners):
-            if callable(getattr(owner, "set_epoch", None)):
-                self._run(lambda o=owner: o.set_epoch(epoch), "set_epoch")
-                return
+        owner = epoch_owner(self.loader)
+        if owner is not None:
+            self._run(lambda: owner.set_epoch(epoch), "set_epoch")
 
     def batches(self) -> Iterator[tuple[Any, BatchTimes]]:
         """One pass: ``(None, BatchTimes(samples, read_bytes))`` per batch, as the loop takes

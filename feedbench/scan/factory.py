@@ -8,12 +8,14 @@ A factory is called in every consumer with the keywords it accepts among :data:`
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
 import importlib.util
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -252,3 +254,28 @@ def make(f: Factory, kwargs: dict[str, Any]) -> Iterable[Any]:
             "batches (return the DataLoader, dataset or generator itself)"
         )
     return made
+
+
+def epoch_owner(loader: Any) -> Any:
+    """What moves ``loader`` to the next epoch: the first of the loader, its sampler (a
+    DataLoader over a DistributedSampler) or its dataset (a Hugging Face IterableDataset) with a
+    ``set_epoch``; None when none has one."""
+    for owner in (loader, getattr(loader, "sampler", None), getattr(loader, "dataset", None)):
+        if callable(getattr(owner, "set_epoch", None)):
+            return owner
+    return None
+
+
+def run_exit_handlers(code: int = 0, timeout_s: float = 10.0) -> None:
+    """Run the ``atexit`` handlers now, as a training script's end would: a process that used the
+    user's loader leaves through ``os._exit`` (see ``leave_without_finalizing``), which skips
+    them, and loaders clean up there (MosaicML Streaming unlinks its shared memory). A handler
+    still running after ``timeout_s`` (joining a child that never ends) is left: the process
+    exits with ``code``, its results already written, rather than hang as a stalled one."""
+    guard = threading.Timer(timeout_s, os._exit, (code,))
+    guard.daemon = True
+    guard.start()
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        guard.cancel()

@@ -32,7 +32,7 @@ from feedbench.core.supervise import (
 )
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
-from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve
+from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_exit_handlers
 from feedbench.scan.rank import (
     SCAN_PID_ENV,
     RankOutcome,
@@ -97,6 +97,8 @@ def _spawned(
             pickle.dump(e, f)
         os.replace(tmp, out_path + ".error")
         raise
+    if is_user_spec(config_dict.get("loader")):
+        run_exit_handlers()
     leave_without_finalizing()
 
 

@@ -16,6 +16,9 @@ Every loader here is an iterable of ``(images, labels)`` already on the training
   default. GPU only. Full batches only (``LastBatchPolicy.DROP``), like the baseline.
 * ``torch``, ``dali``, ``wds``: :func:`loaders.build_loader` (imported lazily: an unavailable
   backend is a :class:`~feedbench.core.errors.FeedbenchError` that says what to install).
+* the user's own, ``FILE.py:FUNCTION`` or ``MODULE:FUNCTION``: a factory called as ``feedbench
+  scan --loader`` calls it (:mod:`feedbench.scan.factory`), its batches made ``(images, labels)``
+  on the device (:class:`UserLoader`).
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
 from feedbench.core.choices import option_value
 from feedbench.core.errors import FeedbenchError
+from feedbench.scan import factory
+from feedbench.scan.factory import STANDARD, UserLoaderError
 
 SYNTHETIC = "synthetic"
 BASELINE = "baseline"
@@ -40,6 +46,27 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 _NO_DALI = "it needs NVIDIA DALI: pip install 'feedbench[dali]'"
+_CHOOSE = f"choose from {', '.join(LOADERS)}, or give FILE.py:FUNCTION or MODULE:FUNCTION"
+
+
+def is_user(name: str) -> bool:
+    """A user's factory (``FILE.py:FUNCTION``, ``MODULE:FUNCTION``) rather than one of ours."""
+    return ":" in name and name not in LOADERS
+
+
+def parse_loaders(text: str) -> tuple[str, ...]:
+    """``--loader`` → names: ours lower-cased, the user's factories as written (paths keep their
+    case); the first occurrence kept."""
+    items = [x.strip() for x in str(text).split(",")]
+    if not text.strip() or any(not x for x in items):
+        raise FeedbenchError(f"--loader takes a comma-separated list like baseline,torch "
+                             f"(got {text!r})")  # fmt: skip
+    return tuple(dict.fromkeys(x if is_user(x) else x.lower() for x in items))
+
+
+def file_label(name: str) -> str:
+    """``name`` fit for a file name: a factory's spec without its folders, ``:`` as ``-``."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name.rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1])
 
 
 def _has_dali() -> bool:
@@ -51,8 +78,10 @@ def _has_dali() -> bool:
 
 def unavailable(name: str) -> str | None:
     """Why loader ``name`` cannot run here (what to install), or None when it can."""
+    if is_user(name):
+        return None  # its code is checked where it is resolved
     if name not in LOADERS:
-        raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
+        raise FeedbenchError(f"unknown loader {name!r}: {_CHOOSE}")
     if name in (SYNTHETIC, BASELINE):
         return None
     if name == DALI_EXAMPLE:
@@ -281,47 +310,171 @@ class LibraryLoader(VerifyLoader):
             self.inner.close()
 
 
-def loader_options(items: tuple[str, ...] | list[str], names: list[str]) -> dict[str, dict]:
-    """``--loader-option`` values (``[LOADER:]KEY=VALUE``) → options per library loader in
-    ``names``. Without ``LOADER:`` an option goes to every loader of the run that takes it; an
-    option no loader of the run takes is an error, as is one its named loader does not take."""
-    from loaders import backend_options
+class UserLoader(VerifyLoader):
+    """The user's factory (``FILE.py:FUNCTION`` or ``MODULE:FUNCTION``), called with the keywords
+    it takes, as ``feedbench scan --loader`` calls it, plus its options; made anew per epoch when
+    it returns a one-shot iterator (a generator), else moved by its ``set_epoch`` (or its
+    sampler's or dataset's). Each batch becomes ``(images, labels)`` on the device
+    (:meth:`adapt`); ``synthesised`` tells whether labels had to be made up, ``image_hw`` the
+    images' size."""
 
-    run = [n for n in names if n in LIBRARY]
-    known = {n: backend_options(n) for n in run}
+    def __init__(
+        self, spec: str, source: str, batch_size: int, *, rank: int, world_size: int,
+        local_rank: int, workers: int, seed: int, device, num_classes: int,
+        options: dict | None = None,
+    ) -> None:  # fmt: skip
+        import torch
+
+        self.name, self.workers = spec, workers
+        self.f = factory.resolve(spec)
+        self.options = options or {}
+        self.standard = dict(rank=rank, world_size=world_size, local_rank=local_rank,
+                             batch_size=batch_size, workers=workers, seed=seed, epoch=0,
+                             path=source)  # fmt: skip
+        self.device, self.num_classes = device, num_classes
+        self.labels = torch.Generator().manual_seed(seed + rank)
+        self.synthesised = False
+        self.image_hw: tuple[int, int] | None = None  # of the first batch
+        self.used = False
+        self.loader = self._make(0)
+
+    def _make(self, epoch: int) -> Any:
+        kwargs = factory.call_kwargs(self.f, self.standard | {"epoch": epoch}, self.options)
+        return factory.make(self.f, kwargs)
+
+    def __len__(self) -> int:
+        """Batches per epoch, where the loader knows (TypeError otherwise, as ``len()``)."""
+        return len(self.loader)
+
+    def set_epoch(self, epoch: int) -> None:
+        if self.used and isinstance(self.loader, Iterator):
+            self.loader = self._make(epoch)
+            return
+        owner = factory.epoch_owner(self.loader)
+        if owner is not None:
+            self._guarded(lambda: owner.set_epoch(epoch), "set_epoch")
+
+    def __iter__(self):
+        self.used = True
+        it = self._guarded(lambda: iter(self.loader), "iter()")
+        end = object()
+        while (batch := self._guarded(lambda: next(it, end), "next()")) is not end:
+            yield self.adapt(batch)
+
+    def adapt(self, batch: Any) -> tuple[Any, Any]:
+        """``(images, labels)``, ``[images, labels, ...]`` or images alone (labels made up, at
+        random over the classes) → float images N×3×H×W (integers scaled to [0, 1]) and class
+        indices below ``num_classes``, on the device."""
+        import torch
+
+        images, labels = _split(batch, self.name)
+        if not (isinstance(images, torch.Tensor) and images.dim() == 4 and images.shape[1] == 3):
+            shape = tuple(images.shape) if isinstance(images, torch.Tensor) else None
+            raise UserLoaderError(
+                f"the loader {self.name} yields images of {_what(images, shape)}: verify trains "
+                "on N×3×H×W tensors"
+            )
+        n = images.shape[0]
+        self.image_hw = self.image_hw or (int(images.shape[2]), int(images.shape[3]))
+        if labels is None:
+            labels = torch.randint(0, self.num_classes, (n,), generator=self.labels)
+            self.synthesised = True
+        labels = torch.as_tensor(labels)
+        if labels.shape[:1] != (n,):
+            raise UserLoaderError(
+                f"the loader {self.name} yields {n} images with labels of shape "
+                f"{tuple(labels.shape)}: give one class index per image"
+            )
+        images = images.to(self.device, non_blocking=True)
+        if not images.is_floating_point():
+            images = images.float().div_(255)
+        return images, labels.to(self.device, non_blocking=True).long() % self.num_classes
+
+    def _guarded(self, call, what: str) -> Any:
+        try:
+            return call()
+        except Exception as e:
+            raise factory.user_error(e, self.f.root, f"the loader {self.name} ({what})") from None
+
+
+def _split(batch: Any, name: str) -> tuple[Any, Any]:
+    """A batch's images and labels (None: images alone)."""
+    if isinstance(batch, (tuple, list)) and len(batch) >= 2:
+        return batch[0], batch[1]
+    if isinstance(batch, (tuple, list)) and len(batch) == 1:
+        return batch[0], None
+    if getattr(batch, "shape", None) is not None:
+        return batch, None
+    raise UserLoaderError(
+        f"the loader {name} yields {type(batch).__name__} batches: verify trains on "
+        "(images, labels) or on images alone"
+    )
+
+
+def _what(images: Any, shape: tuple | None) -> str:
+    return f"shape {shape}" if shape is not None else f"type {type(images).__name__}"
+
+
+def loader_options(items: tuple[str, ...] | list[str], names: list[str]) -> dict[str, dict]:
+    """``--loader-option`` values (``[LOADER:]KEY=VALUE``) → options per library loader or user
+    factory in ``names``. Without ``LOADER:`` an option goes to every loader of the run that
+    takes it (a factory: a keyword it names, any with ``**kwargs``, never one feedbench passes
+    itself); an option no loader of the run takes is an error, as is one its named loader does
+    not take, or a keyword a factory needs that no option gives."""
+    run = [n for n in names if n in LIBRARY or is_user(n)]
+    known = {n: _option_keys(n) for n in run}
     out: dict[str, dict] = {n: {} for n in run}
     for item in items:
-        head, eq, value = item.partition("=")
-        loader, colon, key = head.partition(":")
-        if not colon:
-            loader, key = "", head
-        key = key.strip().replace("-", "_")
-        if not eq or not key:
-            raise FeedbenchError(f"--loader-option takes [LOADER:]KEY=VALUE (got {item!r})")
-        loader = loader.strip().lower()
-        if loader:
-            if loader not in LIBRARY:
-                raise FeedbenchError(
-                    f"--loader-option {item!r}: options go to the library loaders "
-                    f"({', '.join(LIBRARY)}), not {loader!r}"
-                )
-            if loader not in known:
-                raise FeedbenchError(
-                    f"--loader-option {item!r}: loader {loader} is not in this run"
-                )
-            targets = [loader]
-        else:
-            targets = run
-        takers = [n for n in targets if key in known[n]]
+        key, targets, value = _option_targets(item, known)
+        takers = [n for n in targets if _takes(known[n], key)]
         if not takers:
-            offered = sorted({k for n in targets for k in known[n]})
+            offered = sorted({k for n in targets for k in known[n] or ()})
             raise FeedbenchError(
                 f"--loader-option {item!r}: no loader of this run takes {key!r} "
                 f"(they take: {', '.join(offered) or 'nothing'})"
             )
         for n in takers:
             out[n][key] = option_value(value)
+    for n in run:
+        if is_user(n):
+            factory.check_options(factory.resolve(n), out[n])
     return {n: o for n, o in out.items() if o}
+
+
+def _option_targets(item: str, known: dict[str, Any]) -> tuple[str, list[str], str]:
+    """One ``[LOADER:]KEY=VALUE`` → (key, the loaders it may go to, value)."""
+    head, eq, value = item.partition("=")
+    loader, colon, key = head.partition(":")
+    if not colon:
+        loader, key = "", head
+    key = key.strip().replace("-", "_")
+    if not eq or not key:
+        raise FeedbenchError(f"--loader-option takes [LOADER:]KEY=VALUE (got {item!r})")
+    loader = loader.strip().lower()
+    if not loader:
+        return key, list(known), value
+    if loader not in LIBRARY:
+        raise FeedbenchError(
+            f"--loader-option {item!r}: options go to the library loaders "
+            f"({', '.join(LIBRARY)}) or, without LOADER:, to your factory; not {loader!r}"
+        )
+    if loader not in known:
+        raise FeedbenchError(f"--loader-option {item!r}: loader {loader} is not in this run")
+    return key, [loader], value
+
+
+def _option_keys(name: str) -> tuple[str, ...] | None:
+    """The option keys loader ``name`` takes; None: any (a factory with ``**kwargs``)."""
+    if not is_user(name):
+        from loaders import backend_options
+
+        return tuple(backend_options(name))
+    f = factory.resolve(name)
+    return None if f.accepts_all else tuple(k for k in f.params if k not in STANDARD)
+
+
+def _takes(keys: tuple[str, ...] | None, key: str) -> bool:
+    return key not in STANDARD if keys is None else key in keys
 
 
 def build_library_loader(
@@ -379,13 +532,21 @@ def make_loader(
             source, batch_size, rank=rank, world_size=world_size, local_rank=local_rank,
             image_size=image_size, workers=workers if workers is not None else 4, seed=seed,
         )  # fmt: skip
+    if is_user(name):
+        from loaders import default_workers
+
+        w = workers if workers is not None else default_workers(_local_world(world_size), reserve=2)
+        return UserLoader(
+            name, source, batch_size, rank=rank, world_size=world_size, local_rank=local_rank,
+            workers=w, seed=seed, device=device, num_classes=num_classes, options=options,
+        )  # fmt: skip
     if name in LIBRARY:
         return build_library_loader(
             name, source, batch_size, rank=rank, world_size=world_size, local_rank=local_rank,
             image_size=image_size, workers=workers, seed=seed, device=device, dtype=dtype,
             channels_last=channels_last, options=options,
         )  # fmt: skip
-    raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
+    raise FeedbenchError(f"unknown loader {name!r}: {_CHOOSE}")
 
 
 def batches_per_epoch(samples: int, world_size: int, batch_size: int) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 
 from feedbench.core.envelope import DatasetInfo, envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.scan.factory import resolve as resolve_factory
 from feedbench.verify.config import (
     COMPILE_MODES,
     CPU_AFFINITIES,
@@ -27,9 +28,9 @@ from feedbench.verify.loaders import (
     DALI_EXAMPLE,
     GPU_ONLY,
     LIBRARY,
-    LOADERS,
     SYNTHETIC,
     batches_per_epoch,
+    is_user,
     loader_options,
     unavailable,
 )
@@ -74,6 +75,24 @@ def count_samples(path: str) -> tuple[DatasetInfo, int]:
         samples=n,
     )
     return info, n
+
+
+def describe(path: str) -> tuple[DatasetInfo, int | None]:
+    """What a user's loader reads: as :func:`count_samples` where the path holds images or tar
+    shards, else its files (samples unknown)."""
+    from loaders.data.layout import locate_files
+    from loaders.errors import LoaderError
+
+    try:
+        return count_samples(path)
+    except FeedbenchError:
+        pass
+    try:
+        layout = locate_files(path)
+    except LoaderError as e:
+        raise FeedbenchError(str(e)) from None
+    info = DatasetInfo(os.path.abspath(path), "files", len(layout.files), layout.total_bytes, None)
+    return info, None
 
 
 def sources_for(data: str) -> dict[str, str]:
@@ -186,8 +205,8 @@ def machine_warnings(config: VerifyConfig, device: str) -> list[str]:
 
 
 def choose_loaders(config: VerifyConfig, device: str, warnings: list[str]) -> list[str]:
-    """Explicit names must exist and be usable here; the default takes what is available (and
-    says in ``warnings`` what it left out)."""
+    """Explicit names must exist and be usable here (a user's factory must resolve); the default
+    takes what is available (and says in ``warnings`` what it left out)."""
     if config.loaders is None:
         names = [BASELINE]
         for name in (DALI_EXAMPLE, *LIBRARY):
@@ -201,8 +220,9 @@ def choose_loaders(config: VerifyConfig, device: str, warnings: list[str]) -> li
         return names
     names = list(config.loaders)
     for name in names:
-        if name not in LOADERS:
-            raise FeedbenchError(f"unknown loader {name!r}: choose from {', '.join(LOADERS)}")
+        if is_user(name):
+            resolve_factory(name)  # its file or module imports, its function is there
+            continue
         why = unavailable(name)
         if why:
             raise FeedbenchError(f"loader {name} is unavailable: {why}")
@@ -223,8 +243,11 @@ def count_sources(
     dataset = None
     for name in real:
         path = sources[name]
-        if path not in samples:
-            infos[path], samples[path] = count_samples(path)
+        if path not in infos or (path not in samples and not is_user(name)):
+            # a factory reads its own way: its data counted where our loaders could read it
+            infos[path], n = describe(path) if is_user(name) else count_samples(path)
+            if n is not None:
+                samples[path] = n
         if dataset is None or name == BASELINE:
             dataset = infos[path]
         if name in (BASELINE, DALI_EXAMPLE) and infos[path].format != "tree":
@@ -274,9 +297,10 @@ def plan(config: VerifyConfig) -> Plan:
     options = loader_options(config.loader_options, real)
     order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
     # the data: it must exist, and hold a full batch per rank at the largest count
-    sources = sources_for(config.data)
+    sources = sources_for(config.data) | {n: config.data for n in real if is_user(n)}
     samples, dataset = count_sources(config.data, sources, real)
-    counts = {name: (sources[name], samples[sources[name]]) for name in real}
+    # a factory batches its own way (a partial last batch, its own sampler): not checked here
+    counts = {n: (sources[n], samples[sources[n]]) for n in real if not is_user(n)}
     check_batches(config, s, counts, warnings)
     return Plan(
         device=s.device,
@@ -311,6 +335,7 @@ def new_result(config: VerifyConfig, p: Plan) -> VerifyResult:
         "options_per_loader": p.options,
         "ddp_options": p.ddp_options,
         "sources": {k: v for k, v in p.sources.items() if k in p.loaders},
+        "loader_code": {n: resolve_factory(n).describe() for n in p.loaders if is_user(n)},
         "precision": "bf16 autocast, channels_last" if p.device == "cuda" else "fp32",
         "optimizer": "SGD lr 0.01 momentum 0.9 wd 1e-4",
         "data_bound_above": round(1 - config.target_au, 6),

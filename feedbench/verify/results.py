@@ -91,6 +91,9 @@ class StepSeries:
     cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
     ddp: str | None = None  # the DDP settings this rank ran with, read back from DDP itself
     compiled: str | None = None  # torch.compile mode of this rank's model (None: eager)
+    labels_synthesised: bool = False  # the user's loader yields images alone: labels made up
+    image_height: int | None = None  # of the user's loader's first images
+    image_width: int | None = None
     error: str | None = None
 
 

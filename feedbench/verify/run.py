@@ -23,7 +23,7 @@ from feedbench.core.timeline import Timeline, summarize
 from feedbench.verify.analysis import compare, summarize_run
 from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.job import _job_env, explain_failure, read_parts, run_job, worker_command
-from feedbench.verify.loaders import SYNTHETIC
+from feedbench.verify.loaders import SYNTHETIC, file_label
 from feedbench.verify.plan import new_result, plan
 from feedbench.verify.results import VerifyResult, VerifyRun, units
 
@@ -75,7 +75,7 @@ def run_one(
     try:
         if log_dir:
             os.makedirs(log_dir, exist_ok=True)
-            log_path = os.path.join(log_dir, f"{loader}-{gpus}.log")
+            log_path = os.path.join(log_dir, f"{file_label(loader)}-{gpus}.log")
         else:
             log_path = os.path.join(out_dir, "torchrun.log")
         cmd = worker_command(config, p, loader, gpus, out_dir)
@@ -142,6 +142,9 @@ def verify(
                     on_run(loader, g, i, len(jobs))
                 run = run_one(config, p, loader, g, log_dir)
                 result.runs.append(run)
+                for note in user_loader_notes(run, p, config.num_classes):
+                    if note not in result.warnings:
+                        result.warnings.append(note)
                 if run.status != "ok":
                     result.partial = True
                     if not config.keep_going:
@@ -162,6 +165,25 @@ def verify(
     if on_update:
         on_update(result)
     return result
+
+
+def user_loader_notes(run: VerifyRun, p: Plan, num_classes: int) -> list[str]:
+    """What to say about a run of the user's loader: labels made up (it gave images alone), or
+    images of another size than the synthetic ceiling's (the fraction compares unlike work)."""
+    notes = []
+    if any(s.labels_synthesised for s in run.ranks):
+        notes.append(
+            f"{run.loader} yields images without labels: verify made them up (random, "
+            f"{num_classes} classes), so the loss means nothing; the step times are as measured"
+        )
+    hw = next(((s.image_height, s.image_width) for s in run.ranks if s.image_height), None)
+    if hw and hw != (p.image_size, p.image_size) and SYNTHETIC in p.loaders:
+        notes.append(
+            f"{run.loader} yields {hw[0]}×{hw[1]} images, the synthetic ceiling "
+            f"{p.image_size}×{p.image_size} (--image-size): its share of the ceiling compares "
+            "unlike steps; give --image-size the loader's size"
+        )
+    return notes
 
 
 def failure(result: VerifyResult) -> str | None:

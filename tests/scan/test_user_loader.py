@@ -2,17 +2,21 @@
 
 The pieces (spec, keywords, options, sample counting, the user's frames) are plain functions
 tested in this process; a few scans run real third-party loaders (torchvision, Hugging Face
-``datasets``) from the factory files in ``factories/``, end to end."""
+``datasets``, MosaicML Streaming, LitData) from the factory files in ``factories/``, end to end."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import re
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 import torch
 
@@ -157,6 +161,29 @@ def test_a_factory_returning_nothing_iterable_is_named(tmp_path):
         factory.make(f, {})
 
 
+def test_exit_handlers_run_and_one_that_hangs_is_left(tmp_path):
+    """What a consumer of a user loader does before os._exit (in a process of its own: here
+    they would be pytest's handlers): the loader's clean-up runs, a hanging one is cut off."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = tmp_path / "cleaned"
+    code = (
+        "import atexit, pathlib, time\n"
+        "from feedbench.scan.factory import run_exit_handlers\n"
+        "atexit.register(time.sleep, 600)\n"  # runs last (LIFO): joins what never ends
+        f"atexit.register(pathlib.Path({str(done)!r}).write_text, 'cleaned')\n"
+        "run_exit_handlers(3, timeout_s=1)\n"
+    )
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 3, proc.stderr  # the guard's exit, with the code it was given
+    assert done.read_text() == "cleaned" and time.monotonic() - t0 < 30
+
+
 def test_uncountable_batches_are_named():
     loader = TrainingLoader([object()], "my.py:make")
     with pytest.raises(UserLoaderError, match="my.py:make yields batches of type object without"):
@@ -258,6 +285,53 @@ def test_a_raising_factory_shows_the_users_frame_and_exits_2(dataset, cli, tmp_p
     assert OURS not in r.err and "Traceback (most recent" not in r.err
 
 
+def _marked(name: str, mark: str, within_s: float = 5.0) -> list[str]:
+    """Live processes other than this one whose environment has ``name=mark`` (waiting up to
+    ``within_s`` for those on their way out)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        left = []
+        for p in psutil.process_iter(["pid", "name"]):
+            with contextlib.suppress(psutil.Error):
+                if (p.pid != os.getpid() and p.environ().get(name) == mark
+                        and p.status() != psutil.STATUS_ZOMBIE):  # fmt: skip
+                    left.append(f"{p.pid} {p.info['name']}")
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_hanging_loader_ends_by_the_stall_timeout(dataset, cli, tmp_path, monkeypatch):
+    """Its worker delivers 2 batches, then hangs: the scan stops after --stall-timeout, names
+    the loader, marks the measurement failed (no rate), exits 3 and leaves no process (the
+    consumer, its loader worker) behind."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # it serves this whole test session: started unmarked
+    mark = uuid.uuid4().hex
+    monkeypatch.setenv("FEEDBENCH_TEST_MARK", mark)  # inherited by every process of the scan
+    given, out = spec("fb_hanging.py"), tmp_path / "r.json"
+    t0 = time.monotonic()
+    r = cli("scan", str(dataset / "images"), "--loader", given, "--loader-option", "after=8",
+            "--consumers", "1", "-b", "4", "--workers", "1", "--step-time", "0.01",
+            "--stall-timeout", "5", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 3, r.out + r.err
+    assert time.monotonic() - t0 < 90  # start-up, 2 batches, 5 s of silence, the stop
+    last = r.err.strip().splitlines()[-1]
+    said = re.fullmatch(
+        rf"error: 1 consumer, cold pass: (stalled: no consumer took a batch from the loader "
+        rf"{re.escape(given)} for (\d+) s \(consumer 0 the longest\): the loader, or the "
+        rf"storage it reads, hangs \(--stall-timeout 5\))", last)  # fmt: skip
+    assert said and 5 <= int(said[2]) <= 7, r.err  # the watchdog looks twice a second
+    assert "Traceback" not in r.err
+    doc = json.loads(out.read_text())
+    assert doc["partial"] and doc["failure"].endswith(said[1])
+    (m,) = doc["measurements"]
+    assert m["failed"] == said[1] and m["consumers"] == 1 and doc["curve"] == []
+    assert not _marked("FEEDBENCH_TEST_MARK", mark), "processes of the scan left behind"
+
+
 def test_unequal_batch_counts_across_ranks_are_named(cli, tmp_path):
     """Through feedbench.measure with a spec and no data path (the page cache left alone)."""
     import feedbench
@@ -314,3 +388,77 @@ def test_measure_names_a_factory_it_cannot_hand_to_consumers():
 
     with pytest.raises(FeedbenchError, match="not a module-level function"):
         feedbench.measure(lambda: [], consumers=1)
+
+
+def _images_and_labels(dataset: Path) -> list[tuple[bytes, int]]:
+    """The sample dataset's 24 JPEGs with their class index, in a fixed order."""
+    images = sorted((dataset / "images").rglob("*.jpg"))
+    classes = sorted({p.parent.name for p in images})
+    return [(p.read_bytes(), classes.index(p.parent.name)) for p in images]
+
+
+def _litdata_item(item: tuple[bytes, int]) -> dict:
+    image, label = item
+    return {"image": image, "label": label}
+
+
+def _scan_at_one_and_two(cli, data: Path, given: str, out: Path, samples: int) -> dict:
+    """One scan at 1 and 2 consumers, cold then warm, 1 loader worker each, batches of 4; each
+    consumer must read only its share: every pass counts the dataset once, whatever the count."""
+    r = cli("scan", str(data), "--loader", given, "--loader-option", "shuffle=true",
+            "--consumers", "1,2", "--passes", "cold,warm", "--step-time", "0.01", "-b", "4",
+            "--workers", "1", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 0, r.err
+    res = json.loads(out.read_text())
+    cfg = res["config"]
+    assert cfg["loader"] == given and cfg["loader_options"] == {"shuffle": True}
+    assert cfg["loader_code"]["file"] == given.rpartition(":")[0]
+    assert f"loader: {given} with shuffle=True" in r.out
+    got = [(m["consumers"], m["pass_name"], m["samples"]) for m in res["measurements"]]
+    assert got == [(n, p, samples) for n in (1, 2) for p in ("cold", "warm")]
+    for m in res["measurements"]:
+        n = m["consumers"]
+        assert [c["loader_batches"] for c in m["per_consumer"]] == [samples // 4 // n] * n
+        assert not m["failed"] and all(c["au"] is not None for c in m["per_consumer"])
+    return res
+
+
+def _shared_memory() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+@pytest.mark.slow
+def test_scan_mosaicml_streaming_over_a_local_mds_directory(dataset, cli, tmp_path, monkeypatch):
+    if importlib.util.find_spec("streaming") is None:
+        pytest.skip("MosaicML Streaming is not installed (pip install -e '.[streaming]')")
+    from streaming import MDSWriter
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where Streaming keeps its file locks
+    mds = tmp_path / "mds"
+    items = _images_and_labels(dataset)
+    with MDSWriter(out=str(mds), columns={"image": "bytes", "label": "int"},
+                   size_limit=1 << 20) as writer:  # fmt: skip
+        for image, label in items:
+            writer.write({"image": image, "label": label})
+    before = _shared_memory()
+    res = _scan_at_one_and_two(cli, mds, spec("fb_mds.py"), tmp_path / "r.json", len(items))
+    assert res["dataset"]["files"] == len(list(mds.iterdir())) > 2  # index.json and shards
+    # Streaming unlinks its shared memory at exit: the consumers ran their exit handlers
+    assert not {n for n in _shared_memory() - before if re.match(r"\d{6}_", n)}
+
+
+@pytest.mark.slow
+def test_scan_litdata_over_an_optimized_local_directory(dataset, cli, tmp_path, monkeypatch):
+    if importlib.util.find_spec("litdata") is None:
+        pytest.skip("LitData is not installed (pip install -e '.[test]')")
+    import litdata
+
+    monkeypatch.setenv("LITDATA_CACHE_DIR", str(tmp_path / "litdata-cache"))
+    monkeypatch.setenv("DATA_OPTIMIZER_NUM_WORKERS", "1")  # optimize sets it: restored after
+    optimized = tmp_path / "optimized"
+    items = _images_and_labels(dataset)
+    litdata.optimize(fn=_litdata_item, inputs=items, output_dir=str(optimized), chunk_size=6,
+                     num_workers=1, start_method="fork")  # fmt: skip
+    res = _scan_at_one_and_two(cli, optimized, spec("fb_litdata.py"), tmp_path / "r.json",
+                               len(items))  # fmt: skip
+    assert res["dataset"]["files"] == 5  # index.json and 4 chunks of 6

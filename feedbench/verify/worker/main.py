@@ -36,8 +36,9 @@ from feedbench.core.envelope import to_dict
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.files import write_atomic
 from feedbench.core.supervise import Terminated, exit_on_sigterm, leave_without_finalizing
+from feedbench.scan.factory import run_exit_handlers
 from feedbench.verify.config import COMPILE_MODES, CPU_AFFINITIES, STREAM_PRIORITIES
-from feedbench.verify.loaders import LIBRARY, VerifyLoader, make_loader
+from feedbench.verify.loaders import LIBRARY, VerifyLoader, is_user, make_loader
 from feedbench.verify.results import StepSeries
 from feedbench.verify.worker.models import build_model
 from feedbench.verify.worker.timing import (
@@ -219,8 +220,11 @@ def open_loader(args: argparse.Namespace, rank: Rank, series: StepSeries) -> Ver
         synthetic_batches=args.synthetic_batches, options=key_values(args.option),
     )  # fmt: skip
     series.workers = loader.workers
-    series.batches_per_epoch = len(loader)
-    if len(loader) < 1:
+    try:
+        series.batches_per_epoch = len(loader)
+    except TypeError:  # the user's iterable loader: its epochs are counted as they end
+        return loader
+    if series.batches_per_epoch < 1:
         raise FeedbenchError(
             f"{args.loader}: no full batch of {args.batch_size} per rank on {rank.world} ranks: "
             "the dataset is too small"
@@ -278,6 +282,7 @@ class Epochs:
         self.loader = loader
         self.epoch = 0
         self._it: Iterator | None = None
+        self._taken = 0  # batches of this epoch
 
     def __iter__(self) -> Epochs:
         return self
@@ -287,9 +292,16 @@ class Epochs:
             if self._it is None:
                 self.loader.set_epoch(self.epoch)
                 self._it = iter(self.loader)
+                self._taken = 0
             try:
-                return next(self._it)
+                batch = next(self._it)
+                self._taken += 1
+                return batch
             except StopIteration:
+                if not self._taken:  # the next epoch would be as empty: no end to waiting
+                    raise FeedbenchError(
+                        f"{self.loader.name}: epoch {self.epoch} yielded no batch"
+                    ) from None
                 self._it = None
                 self.epoch += 1
 
@@ -424,12 +436,16 @@ def run(args: argparse.Namespace) -> int:
         loader = open_loader(args, rank, series)
         training = build_training(args, rank, series)
         TimedLoop(args, rank, series, training, Epochs(loader), part, started_mono).run()
+        series.labels_synthesised = getattr(loader, "synthesised", False)
+        series.image_height, series.image_width = getattr(loader, "image_hw", None) or (None,) * 2
         barrier(rank)  # every rank finishes its window before any leaves
         done = True
         dist.destroy_process_group()
         return 0
     except FeedbenchError as e:
         series.error = str(e)
+        if e.details:  # the user's loader raised: their frames, then the line
+            print(e.details, file=sys.stderr, flush=True)
         print(f"error: {e}", file=sys.stderr, flush=True)
         code = 2
     except Terminated:
@@ -453,4 +469,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     os.makedirs(args.out_dir, exist_ok=True)
-    leave_without_finalizing(run(args))  # its results are written: no interpreter teardown
+    code = run(args)
+    if is_user(args.loader):
+        run_exit_handlers(code)  # the user's loader cleans up there (shared memory, files)
+    leave_without_finalizing(code)  # its results are written: no interpreter teardown
