@@ -7,6 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.sut import machine_text
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 
 
@@ -251,6 +252,9 @@ def system_lines(result: ScanResult) -> list[str]:
     ram = f"{h.memory_bytes / 2**30:,.0f} GiB RAM"
     lines.append(f"client: {h.cpu_model or 'CPU unknown'}, {h.cpu_count} cores, {ram}"
                  + (f"; {'; '.join(h.nics)}" if h.nics else ""))  # fmt: skip
+    if len(result.hosts) > 1 or (result.hosts and result.hosts[0].host.hostname != h.hostname):
+        lines.append(f"clients: {len(result.hosts)} machines")
+        lines += [f"  {machine_text(m)}" for m in result.hosts]
     if cfg.get("describe"):
         lines.append(f"described as: {cfg['describe']}")
     if cfg.get("read_latency_s"):

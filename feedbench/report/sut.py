@@ -48,7 +48,28 @@ def system_facts(result: Envelope) -> tuple[list[tuple[str, str]], list[str]]:
             ("GPUs", ", ".join(h.cuda_devices) or "none"),
             ("software", f"feedbench {result.tool_version}, Python {h.python}, torch {h.torch}"),
         ]
+    for i, m in enumerate(getattr(result, "hosts", None) or []):  # a scan across machines
+        facts.append((f"machine {i + 1}", machine_text(m)))
     return facts, flags(result)
+
+
+def machine_text(m) -> str:
+    """One machine of a scan across machines: its name, ranks, CPU, RAM and NICs."""
+    h, ranks = m.host, m.ranks
+    span = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
+    nics = f"; {'; '.join(h.nics)}" if h.nics else ""
+    return (f"{h.hostname} ({span}): {h.cpu_model or 'CPU unknown'}, {h.cpu_count} cores, "
+            f"{h.memory_bytes / 2**30:,.0f} GiB RAM{nics}")  # fmt: skip
+
+
+def _ranges(ns: list[int]) -> str:
+    """[0, 1, 2, 5] → "0–2, 5"."""
+    out, start = [], ns[0]
+    for a, b in zip(ns, [*ns[1:], None], strict=True):
+        if b != a + 1:
+            out.append(str(start) if start == a else f"{start}–{a}")
+            start = b
+    return ", ".join(out)
 
 
 def flags(result: Envelope) -> list[str]:

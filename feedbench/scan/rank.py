@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.distributed as tdist
 
+from feedbench.core.envelope import HostInfo
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.monitor import Monitor
 from feedbench.scan import cache, factory
@@ -202,8 +203,12 @@ def run_rank(
     workers: int,
     on_measurement: Callable[[RankOutcome], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    on_hosts: Callable[[list[HostInfo]], None] | None = None,
+    gather_hosts: bool = False,
 ) -> None:
-    """One consumer process: every pass × repeat of ``config`` at this world size."""
+    """One consumer process: every pass × repeat of ``config`` at this world size. With
+    ``gather_hosts`` (every rank alike: torchrun, where ranks may be on several machines), rank 0
+    is told each rank's host first (``on_hosts``, in rank order)."""
     tdist.init_process_group(
         "gloo",
         init_method=init_method,
@@ -212,6 +217,11 @@ def run_rank(
         timeout=timedelta(minutes=30),
     )
     try:
+        if gather_hosts:
+            hosts: list[Any] | None = [None] * world if rank == 0 else None
+            tdist.gather_object(HostInfo.current(), hosts, dst=0)
+            if hosts is not None and on_hosts is not None:
+                on_hosts(hosts)
         c = open_consumer(rank, world, local_rank, config, workers)
         epoch = 0  # one per pass × repeat
         for pass_name in config.passes:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from feedbench.core import envelope
-from feedbench.core.envelope import DatasetInfo, Envelope
+from feedbench.core.envelope import DatasetInfo, Envelope, HostInfo
 from feedbench.core.stats import Percentiles
 from feedbench.core.timeline import Timeline
 
@@ -161,6 +161,14 @@ class Sizing:
         return "valid for sizing" if self.valid else f"{NOT_VALID}: " + "; ".join(self.broken)
 
 
+@dataclass
+class RankHosts:
+    """One machine of a scan across machines (torchrun) and the consumer ranks it ran."""
+
+    ranks: list[int]
+    host: HostInfo
+
+
 @dataclass(kw_only=True)
 class ScanResult(Envelope):
     dataset: DatasetInfo
@@ -171,6 +179,7 @@ class ScanResult(Envelope):
     errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
     failure: str | None = None  # why the scan stopped early (a consumer died, storage stalled)
     sizing: Sizing | None = None  # the sizing rules and accelerators fed (older files: none)
+    hosts: list[RankHosts] = field(default_factory=list)  # torchrun: each machine, its ranks
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:

@@ -7,11 +7,12 @@ import signal
 import time
 from collections.abc import Callable
 
+from feedbench.core.envelope import HostInfo
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.rank import RankOutcome, run_rank
-from feedbench.scan.results import ScanResult
+from feedbench.scan.results import RankHosts, ScanResult
 from feedbench.scan.run import _absorb, _finish, new_result, validate
 from feedbench.scan.sweep import curve
 from loaders import default_workers
@@ -41,6 +42,15 @@ def run_under_torchrun(
         if on_update:
             on_update(result)
 
+    def hosts(per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, with its ranks
+        assert result is not None
+        machines: dict[str, RankHosts] = {}
+        for rank, h in enumerate(per_rank):
+            machines.setdefault(h.hostname, RankHosts([], h)).ranks.append(rank)
+        result.hosts = list(machines.values())
+        if on_update:
+            on_update(result)
+
     t0 = time.perf_counter()
     # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
     # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
@@ -50,7 +60,7 @@ def run_under_torchrun(
         with sigterm_as_interrupt():
             run_rank(
                 d.rank, d.world_size, d.local_rank, config, "env://", workers,
-                keep if d.rank == 0 else None,
+                keep if d.rank == 0 else None, on_hosts=hosts, gather_hosts=True,
             )  # fmt: skip
     except KeyboardInterrupt:
         if result is None:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.consumer import accelerator_utilisation, consumer_units
@@ -313,6 +314,13 @@ def test_two_torchrun_agents_on_localhost(dataset, tmp_path):
     assert sorted(c["rank"] for c in m["per_consumer"]) == [0, 1]
     assert r["config"]["torchrun"]["world_size"] == 2
     assert "results:" in outs[0][0] and "results:" not in outs[1][0]  # rank 0 alone reports
+    # each machine once, with its ranks (both agents run here: one machine, ranks 0 and 1)
+    (machine,) = r["hosts"]
+    assert machine["ranks"] == [0, 1] and machine["host"]["hostname"] == socket.gethostname()
+    assert machine["host"]["cpu_count"] == os.cpu_count()
+    shown = scan_results.load(out)
+    facts = dict(system_facts(shown)[0])
+    assert facts["machine 1"].startswith(f"{socket.gethostname()} (ranks 0–1): ")
 
 
 # --- scan --loader: the training loaders measured end to end ------------------------------------
