@@ -32,6 +32,8 @@ from loaders.transforms import (
 BACKENDS = ("torch", "dali", "wds")
 
 __all__ = [
+    "AUTO",
+    "AUTO_CPU_CORES",
     "BACKENDS",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -44,6 +46,7 @@ __all__ = [
     "TransformSpec",
     "backend_options",
     "build_loader",
+    "choose_backend",
     "denormalize",
     "default_workers",
     "high_priority_stream",
@@ -129,6 +132,38 @@ def _check_options(backend: str, options: dict) -> None:
         )
 
 
+AUTO = "auto"
+# Cores per rank from which ``backend="auto"`` decodes on the CPU: with 16 cores per H200 the
+# CPU loaders fed ResNet-50 training at 0.98-0.99 of the synthetic ceiling and DALI at 0.92
+# (its GPU work beside training's); with fewer cores the CPU loaders fall behind first
+# (~300 JPEGs/s per core against ~4,500 img/s asked). BENCHMARKS.md: "backend='auto'".
+AUTO_CPU_CORES = 16
+
+
+def choose_backend(index: SampleIndex, device: torch.device, cores: int) -> tuple[str, str]:
+    """``backend="auto"``: (the backend, why) for this source, device and this rank's share of
+    the cores. The CPU loader is wds for shards (streamed) and torch for trees."""
+    cpu = "wds" if index.kind == "shards" else "torch"
+    if device.type != "cuda":
+        return cpu, f"{cpu}: no GPU to decode on"
+    if index.remote:
+        return cpu, f"{cpu}: DALI reads local files only"
+    if cores >= AUTO_CPU_CORES:
+        return cpu, f"{cpu}: {cores} cores for this rank (≥ {AUTO_CPU_CORES}) decode on the CPU"
+    if not _has_dali():
+        return cpu, f"{cpu}: {cores} cores for this rank, but DALI is not installed"
+    return "dali", f"dali: {cores} cores for this rank (< {AUTO_CPU_CORES}): decode on the GPU"
+
+
+def _has_dali() -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec("nvidia.dali") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def build_loader(
     source: str | os.PathLike[str] | SampleIndex,
     backend: str = "torch",
@@ -173,7 +208,9 @@ def build_loader(
       :meth:`loaders.dali_backend.DaliLoader._augment`).
 
     An option the backend does not take is a ``ValueError`` naming the ones it does
-    (:func:`backend_options`).
+    (:func:`backend_options`). ``backend="auto"`` picks one by :func:`choose_backend`'s rule
+    (CPU decode with ≥ ``AUTO_CPU_CORES`` cores per rank, else DALI where it can run) and says
+    which and why in ``loader.chosen_by``; options are checked against the backend it picks.
 
     ``source``: a folder, a ``.tar``, a brace list or glob of shards, a list of shard paths, a
     :class:`SampleIndex`, or the same at an ``s3://`` or ``http(s)://`` URL (torch: trees and
@@ -199,9 +236,16 @@ def build_loader(
     Resumption: :meth:`LoaderBase.state_dict` (torch: also on another world size midway through
     an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
-    _check_options(backend, options)
+    if backend != AUTO:
+        _check_options(backend, options)  # before listing the source: a typo fails at once
     info = discover(rank, world_size, local_rank)
     index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
+    chosen = None
+    if backend == AUTO:
+        device = resolve_device(device, info.local_rank)
+        cores = default_workers(info.local_world_size)  # this rank's share of the cores
+        backend, chosen = choose_backend(index, device, cores)
+        _check_options(backend, options)
     common = dict(
         train=train,
         image_size=image_size,
@@ -218,4 +262,6 @@ def build_loader(
     if workers < 0:
         raise ValueError(f"workers must be ≥ 0, got {workers}")
     cls = _backend_class(backend)
-    return cls(index, info, batch_size, workers=workers, **options, **common)
+    loader = cls(index, info, batch_size, workers=workers, **options, **common)
+    loader.chosen_by = chosen  # backend="auto": which backend and why; else None
+    return loader

@@ -88,6 +88,8 @@ class LoaderBase:
     does not repeat an order.
     """
 
+    chosen_by: str | None = None  # backend="auto": the backend picked and why (build_loader)
+
     backend = "base"
     can_reshard = False  # whether an epoch can resume on another world size
 

@@ -217,3 +217,34 @@ def test_two_wds_loaders_in_one_process_do_not_share_a_read_buffer(tmp_path):
     second = build_loader(shards, "wds", 4, **kw)
     assert keys(first, between=lambda: keys(second)) == alone == list(range(40))
     assert not first.skipped
+
+
+def test_auto_picks_the_cpu_loader_where_cores_suffice_and_dali_where_they_do_not(tmp_path):
+    from loaders import AUTO_CPU_CORES, choose_backend, open_index
+
+    root = make_tiny(tmp_path, n=8)
+    tree, shards = open_index(root["tree"]), open_index(root["shards"])
+    cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)  # no CUDA needed to name a device
+    assert choose_backend(tree, cpu, 1)[0] == "torch"
+    assert choose_backend(shards, cpu, 1)[0] == "wds"
+    assert choose_backend(tree, gpu, AUTO_CPU_CORES)[0] == "torch"
+    assert choose_backend(shards, gpu, AUTO_CPU_CORES)[0] == "wds"
+    few = choose_backend(tree, gpu, AUTO_CPU_CORES - 1)
+    assert few[0] == ("dali" if _has_dali() else "torch") and "cores for this rank" in few[1]
+
+
+def test_auto_builds_the_loader_it_chose_and_says_why(tmp_path):
+    root = make_tiny(tmp_path, n=8)
+    loader = build_loader(root["tree"], "auto", 4, rank=0, world_size=1, workers=0,
+                          device="cpu")  # fmt: skip
+    assert type(loader).__name__ == "TorchLoader"
+    assert loader.chosen_by == "torch: no GPU to decode on"
+    assert sum(len(b[0]) for b in loader) == 8
+    with pytest.raises(ValueError, match="the torch backend takes no option 'pace'"):
+        build_loader(root["tree"], "auto", 4, rank=0, world_size=1, device="cpu", pace=1)
+
+
+def _has_dali() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("nvidia.dali") is not None
