@@ -57,11 +57,17 @@ __all__ = [
 ]
 
 
-def backend_options(backend: str) -> dict[str, object]:
-    """The per-backend options ``build_loader`` takes for ``backend``, with their defaults."""
+CODE_OPTIONS = ("batch_transform", "dali_augment")  # take the caller's functions, not values
+
+
+def backend_options(backend: str, *, values_only: bool = False) -> dict[str, object]:
+    """The per-backend options ``build_loader`` takes for ``backend``, with their defaults;
+    ``values_only``: without those that take a function (what a command line can set)."""
     import inspect
 
     skip = {"self", "index", "info", "batch_size", "workers"}
+    if values_only:
+        skip |= set(CODE_OPTIONS)
     return {
         name: p.default
         for name, p in inspect.signature(_backend_class(backend).__init__).parameters.items()

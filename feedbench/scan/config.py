@@ -185,7 +185,7 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
     if options:
         from loaders import backend_options
 
-        takes = backend_options(backend)
+        takes = backend_options(backend, values_only=True)
         unknown = [k for k in options if k not in takes]
         if unknown:
             raise FeedbenchError(

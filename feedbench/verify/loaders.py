@@ -468,7 +468,7 @@ def _option_keys(name: str) -> tuple[str, ...] | None:
     if not is_user(name):
         from loaders import backend_options
 
-        return tuple(backend_options(name))
+        return tuple(backend_options(name, values_only=True))
     f = factory.resolve(name)
     return None if f.accepts_all else tuple(k for k in f.params if k not in STANDARD)
 
