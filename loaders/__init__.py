@@ -65,6 +65,8 @@ def backend_options(backend: str, *, values_only: bool = False) -> dict[str, obj
     ``values_only``: without those that take a function (what a command line can set)."""
     import inspect
 
+    if backend == AUTO:  # options belong to the backend it picks: pick that one to set them
+        return {}
     skip = {"self", "index", "info", "batch_size", "workers"}
     if values_only:
         skip |= set(CODE_OPTIONS)

@@ -68,9 +68,9 @@ StallTimeout = Annotated[
 Loader = Annotated[
     str | None,
     typer.Option(
-        help="Measure a training loader end to end instead: torch, dali, wds (ours), or your "
-        "own: FILE.py:FUNCTION or MODULE:FUNCTION, a factory called in every consumer with the "
-        "keywords it takes among rank, world_size, local_rank, batch_size, workers, seed, "
+        help="Measure a training loader end to end instead: torch, dali, wds, auto (ours), or "
+        "your own: FILE.py:FUNCTION or MODULE:FUNCTION, a factory called in every consumer with "
+        "the keywords it takes among rank, world_size, local_rank, batch_size, workers, seed, "
         "epoch, path, returning an iterable of batches."
     ),
 ]

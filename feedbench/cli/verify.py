@@ -16,9 +16,9 @@ LoaderNames = Annotated[
         "--loader",
         "-l",
         help="baseline (stock DataLoader), dali-example (DALI as in its ResNet-50 example, GPU), "
-        "torch, dali, wds, synthetic (default: baseline + every loader installed), or your own "
-        "factory, FILE.py:FUNCTION or MODULE:FUNCTION, called as scan --loader calls it; it "
-        "yields (images, labels) or images alone (then labels are made up).",
+        "torch, dali, wds, auto, synthetic (default: baseline + every loader installed but auto), "
+        "or your own factory, FILE.py:FUNCTION or MODULE:FUNCTION, called as scan --loader "
+        "calls it; it yields (images, labels) or images alone (then labels are made up).",
     ),
 ]
 Model = Annotated[

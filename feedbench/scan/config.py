@@ -189,7 +189,8 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
         unknown = [k for k in options if k not in takes]
         if unknown:
             raise FeedbenchError(
-                f"--loader-option {unknown[0]}: the {backend} loader takes {', '.join(takes)}"
+                f"--loader-option {unknown[0]}: the {backend} loader takes "
+                f"{', '.join(takes) or 'no options (name a backend to set its options)'}"
             )
     if backend == "dali":
         try:

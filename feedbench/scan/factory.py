@@ -23,7 +23,7 @@ from typing import Any
 
 from feedbench.core.errors import FeedbenchError
 
-BUILTIN = ("torch", "dali", "wds")
+BUILTIN = ("torch", "dali", "wds", "auto")
 # the keywords feedbench offers every factory (it takes those its signature names)
 STANDARD = ("rank", "world_size", "local_rank", "batch_size", "workers", "seed", "epoch", "path")
 _SPEC_HELP = "choose torch, dali or wds, or give FILE.py:FUNCTION or MODULE:FUNCTION"

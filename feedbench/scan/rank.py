@@ -178,6 +178,8 @@ def open_loader(
             world_size=world_size, local_rank=local_rank, seed=config.seed, workers=workers,
             device=device, **config.loader_options,
         )  # fmt: skip
+        if built.chosen_by:  # "auto (torch)": the backend it picked
+            name = f"{name} ({built.chosen_by.split(':')[0]})"
         return TrainingLoader(built, name, close_each_pass=True)
     f = factory.resolve(name)
     standard = dict(rank=rank, world_size=world_size, local_rank=local_rank,
@@ -293,7 +295,7 @@ def consume(
         group=tdist.group.WORLD,
         progress=progress,
         batches=batches,
-        loader_name=c.config.loader,
+        loader_name=c.loader.name if c.loader is not None else c.config.loader,
     )
     if c.loader is not None:
         beat = (lambda: progress(0)) if progress is not None else None

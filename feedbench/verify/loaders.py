@@ -38,7 +38,7 @@ from feedbench.scan.factory import STANDARD, UserLoaderError
 SYNTHETIC = "synthetic"
 BASELINE = "baseline"
 DALI_EXAMPLE = "dali-example"
-LIBRARY = ("torch", "dali", "wds")
+LIBRARY = ("torch", "dali", "wds", "auto")  # auto: build_loader picks one (not a default run)
 LOADERS = (SYNTHETIC, BASELINE, DALI_EXAMPLE, *LIBRARY)
 GPU_ONLY = (DALI_EXAMPLE,)
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

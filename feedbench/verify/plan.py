@@ -102,7 +102,8 @@ def sources_for(data: str) -> dict[str, str]:
 
     tree, shards = os.path.join(data, SAMPLE_TREE), os.path.join(data, SAMPLE_SHARDS)
     if os.path.isdir(tree) and os.path.isdir(shards):
-        return {BASELINE: tree, DALI_EXAMPLE: tree, "torch": tree, "dali": tree, "wds": shards}
+        return {BASELINE: tree, DALI_EXAMPLE: tree, "torch": tree, "dali": tree, "wds": shards,
+                "auto": tree}  # fmt: skip
     return {name: data for name in (BASELINE, DALI_EXAMPLE, *LIBRARY)}
 
 
@@ -209,7 +210,7 @@ def choose_loaders(config: VerifyConfig, device: str, warnings: list[str]) -> li
     takes what is available (and says in ``warnings`` what it left out)."""
     if config.loaders is None:
         names = [BASELINE]
-        for name in (DALI_EXAMPLE, *LIBRARY):
+        for name in (DALI_EXAMPLE, *(n for n in LIBRARY if n != "auto")):
             if name in GPU_ONLY and device != "cuda":
                 continue
             why = unavailable(name)

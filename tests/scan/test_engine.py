@@ -328,7 +328,7 @@ def test_two_torchrun_agents_on_localhost(dataset, tmp_path):
 
 @pytest.mark.parametrize(
     ("backend", "layout", "n"),
-    [("torch", "images", 2), ("wds", "shards", 2), ("dali", "images", 1)],
+    [("torch", "images", 2), ("wds", "shards", 2), ("dali", "images", 1), ("auto", "shards", 1)],
 )
 def test_scan_measures_a_training_loader(dataset, backend, layout, n):
     cfg = ScanConfig(str(dataset / layout), consumers=(n,), batch_size=4, workers=1,
@@ -338,7 +338,9 @@ def test_scan_measures_a_training_loader(dataset, backend, layout, n):
     assert m.samples == 24 and m.errors == 0
     assert len({c.batches for c in m.per_consumer}) == 1  # equal steps on every rank
     (stage,) = m.stages
-    assert stage.name == f"loader:{backend}" and stage.latency is not None
+    # auto names the backend it picked: no GPU here, shards: wds
+    name = "auto (wds)" if backend == "auto" else backend
+    assert stage.name == f"loader:{name}" and stage.latency is not None
     assert all(c.au is not None for c in m.per_consumer)
     assert r.verdict.bound in ("loader", "accelerator", "sync")
     assert r.config["loader"] == backend
