@@ -19,6 +19,7 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.report.fmt import fed_text
 from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
@@ -229,15 +230,6 @@ def _read_p99_ms(result: ScanResult, pass_name: str, n: int | None) -> float | N
         if s.name == "read" and s.latency is not None
     ]
     return sum(p99s) / len(p99s) if p99s else None
-
-
-def fed_text(value: float | None, std: float | None = None) -> str:
-    """Accelerators fed, as a reader wants it: 0.06, 3.4 ± 0.2 (no spread shown under 0.05)."""
-    if value is None:
-        return "— (no step)"
-    digits = 2 if value < 1 else 1
-    spread = f" ± {std:.{digits}f}" if std and std >= 0.05 else ""
-    return f"{value:.{digits}f}{spread}"
 
 
 def _differ(columns: list[Column], what: str, get) -> str | None:

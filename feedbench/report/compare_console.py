@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.compare import Column, Comparison, SystemRow, fed_text
-from feedbench.report.fmt import fmt_bytes, fmt_rate
+from feedbench.report.compare import Column, Comparison, SystemRow
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate
 from feedbench.scan.results import CurvePoint
 
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from feedbench.report.compare import Column, Comparison, fed_text
+from feedbench.report.compare import Column, Comparison
+from feedbench.report.fmt import fed_text
 from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, new_figure, save_optional
 from feedbench.scan.results import CurvePoint
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from feedbench.report.compare import Column, Comparison, fed_text
+from feedbench.report.compare import Column, Comparison
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
-from feedbench.report.fmt import fmt_bytes, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, fmt_s
 from feedbench.scan.results import NOT_VALID
 
 

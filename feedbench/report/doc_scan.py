@@ -7,10 +7,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from feedbench.report.compare import fed_text
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
-from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
 from feedbench.report.sut import system_facts
 from feedbench.scan.results import Measurement, ScanResult
 from feedbench.scan.sizing import fed

@@ -38,3 +38,12 @@ def fmt_ms(x: float | None) -> str:
     if x is None:
         return "—"
     return f"{x * 1e3:.2f}" if abs(x) < 0.01 else f"{x * 1e3:.1f}"
+
+
+def fed_text(value: float | None, std: float | None = None) -> str:
+    """Accelerators fed, as a reader wants it: 0.06, 3.4 ± 0.2 (no spread shown under 0.05)."""
+    if value is None:
+        return "— (no step)"
+    digits = 2 if value < 1 else 1
+    spread = f" ± {std:.{digits}f}" if std and std >= 0.05 else ""
+    return f"{value:.{digits}f}{spread}"

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.fmt import fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
 from feedbench.report.sut import machine_text
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 
@@ -219,10 +219,10 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
     if z is None:
         return
     if z.accelerators_fed is not None and result.accelerator:
-        spread = f" ± {z.accelerators_fed_std:.2f}" if z.accelerators_fed_std else ""
         name = result.accelerator.get("name") or "accelerator"
+        fed = fed_text(z.accelerators_fed, z.accelerators_fed_std)
         console.print(
-            f"[bold]accelerators fed: {z.accelerators_fed:.2f}{spread} × {name}[/] at AU ≥ "
+            f"[bold]accelerators fed: {fed} × {name}[/] at AU ≥ "
             f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
             f"{'s' if z.at_consumers != 1 else ''})"
         )
