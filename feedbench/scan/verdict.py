@@ -45,7 +45,7 @@ class _Case:
     others: float | None  # of those, cores used by processes outside the scan
     cores: int
     where: str
-    feeding: str  # "; … samples/s feeds … accelerators", or "" without an accelerator
+    feeding: str  # "; … samples/s = …× the appetite of one …", or "" without an accelerator
     supported: int | None
     feeds: float | None
     evidence: list[str]
@@ -84,7 +84,9 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
             what = f"{acc.get('accelerator') or acc['name']} ({acc['name']})"
         else:  # a step time or rate the user gave: no accelerator's name to show
             what = f"accelerators of {acc.get('name')}"
-        feeding = f"; {_rate(rate)} samples/s feeds {share} {what}"
+        # the rate against one accelerator's appetite; "accelerators fed" (at the target AU) is
+        # the sizing's figure, not this one
+        feeding = f"; {_rate(rate)} samples/s = {share}× the appetite of one {what}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor)
     machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")

@@ -69,7 +69,7 @@ def test_accelerator_bound_names_the_au_and_what_the_data_feeds():
     assert (v.bound, v.resource) == ("accelerator", "none")
     assert v.text == (
         "accelerator-bound: the data keeps up — AU 95% (min 95%) at 2 consumers (2 consumers × 2 "
-        "workers, cold cache); 2,500 samples/s feeds 2.5 H200 (resnet50-h200)"
+        "workers, cold cache); 2,500 samples/s = 2.5× the appetite of one H200 (resnet50-h200)"
     )
     assert v.feeds_accelerators == 2.5 and v.supported_consumers == 2
 
