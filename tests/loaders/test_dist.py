@@ -76,10 +76,11 @@ def _worker(rank: int, world: int, port: int, out) -> None:
 
 
 def test_discovers_from_torch_distributed_gloo():
-    ctx = mp.get_context("spawn")
+    mp.set_forkserver_preload(["torch", "loaders", __name__])  # no torch import per rank
+    ctx = mp.get_context("forkserver")
     q = ctx.SimpleQueue()
     port = _free_port()
-    mp.start_processes(_worker, args=(2, port, q), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(_worker, args=(2, port, q), nprocs=2, join=True, start_method="forkserver")
     got = sorted(q.get() for _ in range(2))
     assert got == [(0, 0, 2, "torch.distributed"), (1, 1, 2, "torch.distributed")]
 

@@ -182,10 +182,15 @@ def contract_run(world: int, roots: dict) -> dict:
     if world not in _RUNS:
         import torch.multiprocessing as mp
 
-        ctx = mp.get_context("spawn")
+        # forked from a server that imported torch and the loaders once (a fresh interpreter
+        # per rank paid that import at every world size); none of them touched CUDA
+        mp.set_forkserver_preload(["torch", "loaders", __name__])
+        ctx = mp.get_context("forkserver")
         q = ctx.SimpleQueue()
         args = (world, _free_port(), {k: str(v) for k, v in roots.items()}, q)
-        mp.start_processes(_rank_main, args=args, nprocs=world, join=True, start_method="spawn")
+        mp.start_processes(
+            _rank_main, args=args, nprocs=world, join=True, start_method="forkserver"
+        )
         _RUNS[world] = q.get()
     return _RUNS[world]
 
