@@ -353,6 +353,8 @@ def consume_batches(
         tally.count_step(
             times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step
         )
+        if tally.batches == tally.warmup_batches:
+            accelerator.owed_s = 0.0  # the warm-up's late wake-ups are not the window's to pay
     tally.stop()
     tally.step_late_s = accelerator.late_s
 
