@@ -47,9 +47,7 @@ def run_under_torchrun(
         machines: dict[str, RankHosts] = {}
         for rank, h in enumerate(per_rank):
             machines.setdefault(h.hostname, RankHosts([], h)).ranks.append(rank)
-        result.hosts = list(machines.values())
-        if on_update:
-            on_update(result)
+        result.hosts = list(machines.values())  # written with the first measurement
 
     t0 = time.perf_counter()
     # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
