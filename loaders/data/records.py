@@ -17,9 +17,11 @@ they lie in.
 from __future__ import annotations
 
 import io
+import math
 import os
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -192,10 +194,96 @@ def decode(fmt: str, data, where: str, meta: dict | None = None, offset: int = 0
             raise RecordFormatError(f"{where}: not a readable {fmt} sample ({e})") from None
     try:
         if fmt == "npy":
-            return np.load(io.BytesIO(data), allow_pickle=False)
+            return npy_array(memoryview(data))
         if fmt == "npz":
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                return {k: z[k] for k in z.files}
+            return npz_arrays(memoryview(data))
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
         raise RecordFormatError(f"{where}: not a readable .{fmt} file ({e})") from None
     raise RecordFormatError(f"{where}: format {fmt!r} has no decode step")
+
+
+# --- npy / npz from a buffer: numpy.load's work after its reads, no more ----------------------
+
+
+_PIECE = 1 << 18  # bytes copied (and checked) at a time: numpy.load's own piece size
+
+
+class _View(io.RawIOBase):
+    """A seekable file over a buffer, each read one copy of just the bytes asked for (a
+    BytesIO over a bytearray copies the whole buffer first)."""
+
+    def __init__(self, view: memoryview) -> None:
+        self.view, self.pos = view, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: len(self.view)}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        end = len(self.view) if n is None or n < 0 else min(len(self.view), self.pos + n)
+        out = bytes(self.view[self.pos : end])
+        self.pos = max(self.pos, end)
+        return out
+
+
+def npy_array(view: memoryview, crc: int | None = None) -> np.ndarray:
+    """The array of a ``.npy`` held in ``view``, copied out once, in pieces that stay in the CPU
+    cache while ``crc`` (an npz member's CRC-32 over all of ``view``) is checked on the way."""
+    header = io.BytesIO(view[: 1 << 16].tobytes())
+    version = np.lib.format.read_magic(header)
+    fmt = np.lib.format
+    read_header = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    shape, fortran, dtype = read_header(header)
+    if dtype.hasobject:
+        raise ValueError("object arrays need pickle, which is not allowed")
+    start, nbytes = header.tell(), math.prod(shape) * dtype.itemsize
+    if start + nbytes > len(view):
+        raise ValueError("the array is cut off")
+    out = np.empty(nbytes, dtype=np.uint8)
+    check = zlib.crc32(view[:start]) if crc is not None else 0
+    for at in range(start, start + nbytes, _PIECE):
+        piece = view[at : min(at + _PIECE, start + nbytes)]
+        if crc is not None:
+            check = zlib.crc32(piece, check)
+        out[at - start : at - start + len(piece)] = piece
+    if crc is not None and zlib.crc32(view[start + nbytes :], check) != crc:
+        raise zipfile.BadZipFile("bad CRC-32")
+    order = "F" if fortran else "C"
+    return out.view(dtype).reshape(shape, order=order)
+
+
+def npz_arrays(view: memoryview) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` held in ``view``, with what ``numpy.load`` does after reading
+    the file: each member's CRC-32 checked, its array copied out once. Through
+    ``np.load(io.BytesIO(data))`` this took 2.5x the CPU of ``np.load(path)`` on 146 MB npz files
+    (the buffer copied whole, then in pieces, then into the array). Compressed members are
+    inflated by zipfile."""
+    out: dict[str, np.ndarray] = {}
+    with zipfile.ZipFile(_View(view)) as zf:
+        for info in zf.infolist():
+            name = info.filename.removesuffix(".npy")
+            if info.compress_type != zipfile.ZIP_STORED:
+                with zf.open(info) as f:
+                    out[name] = np.lib.format.read_array(f, allow_pickle=False)
+                continue
+            at = info.header_offset
+            local = bytes(view[at : at + 30])
+            if local[:4] != b"PK\x03\x04":
+                raise zipfile.BadZipFile(f"{info.filename}: no local header")
+            start = at + 30 + int.from_bytes(local[26:28], "little")
+            start += int.from_bytes(local[28:30], "little")
+            member = view[start : start + info.compress_size]
+            if len(member) != info.file_size:
+                raise zipfile.BadZipFile(f"{info.filename}: cut off")
+            out[name] = npy_array(member, crc=info.CRC)
+    return out
