@@ -215,3 +215,59 @@ def test_verify_table_help_and_no_arguments():
     assert r.returncode == 0 and "python scripts/verify_table.py results/tune-*.json" in r.stdout
     r = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert r.returncode == 2 and "verify_table.py" in r.stderr and r.stdout == ""
+
+
+def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path):
+    """--write-config: the link tree (DLIO's train/ layout, whole batches for 1 and 2 ranks) and
+    DLIO's workload config from feedbench's unet3d row; too few files is one error line."""
+    from feedbench.sample_workload import make_workload
+
+    make_workload(tmp_path / "u3d", "unet3d", 0.0005)  # 32 small npz files
+    script, work = str(SCRIPTS / "bench_dlio.py"), tmp_path / "work"
+    r = subprocess.run(
+        [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work),
+         "--write-config"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    links = sorted((work / "dataset" / "train").iterdir())
+    sources = sorted((tmp_path / "u3d" / "data").glob("*.npz"))
+    assert [p.name for p in links[:2]] == ["img_0000_of_0028.npz", "img_0001_of_0028.npz"]
+    assert [p.resolve() for p in links] == [p.resolve() for p in sources[:28]]  # 28 = 2 × 2 × 7
+    assert (work / "dataset" / "valid").is_dir()
+    config = (work / "dlio-config" / "workload" / "feedbench_unet3d.yaml").read_text()
+    for line in ("batch_size: 7", "read_threads: 4", "computation_time: 0.323",
+                 "num_files_train: 28", f"data_folder: {work / 'dataset'}", "checkpoint: False",
+                 "keep_files: True"):  # fmt: skip
+        assert f"  {line}\n" in config, line
+    r = subprocess.run(
+        [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work),
+         "--files", "13", "--write-config"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: need at least 14 npz files (batch × largest world)"
+    ], r.stderr
+
+
+def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch):
+    """DLIO 2.0.0's outputs (summary, per-rank steps) and a feedbench results file → the same
+    quantities: AU, samples/s over the whole epoch, samples/s after the first step."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    (tmp_path / "summary.json").write_text(json.dumps({"metric": {
+        "train_au_percentage": [50.0], "train_throughput_samples_per_second": [4.0]}}))  # fmt: skip
+    for rank, au in ((0, 50.0), (1, 25.0)):
+        epoch = {"1": {"au": {"block1": au}, "compute": {"block1": [0.5, 0.5, 0.5]}}}
+        (tmp_path / f"{rank}_output.json").write_text(json.dumps(epoch | {"hostname": "h"}))
+    got = dlio.dlio_metrics(tmp_path, batch=7)
+    # after step 1 a rank's rate is AU × batch / step: 0.5 × 14 + 0.25 × 14
+    assert got == {"au": [0.5], "samples_per_s": [4.0], "steady_samples_per_s": [10.5],
+                   "steps": [6]}  # fmt: skip
+    consumer = {"samples": 21, "wall_s": 3.0, "batches": 3}
+    two = [consumer, consumer | {"wall_s": 7.0}]
+    result = {"measurements": [{"au_mean": 0.4, "steady_samples_per_s": 9.0, "per_consumer": two}]}
+    assert dlio.feedbench_metrics(result) == {
+        "au": [0.4], "samples_per_s": [10.0], "steady_samples_per_s": [9.0], "steps": [6]
+    }  # fmt: skip
