@@ -143,10 +143,13 @@ def _index_tfrecord(path: str, nbytes: int, opener):
         return tfrecord.index_records(read_at, nbytes, name)
 
 
-def read_range(path: str, offset: int, size: int, *, chunk: int = READ_CHUNK) -> tuple[bytes, int]:
+def read_range(
+    path: str, offset: int, size: int, *, chunk: int = READ_CHUNK
+) -> tuple[np.ndarray, int]:
     """``size`` bytes of a local file from ``offset``, in read calls of at most ``chunk``
-    bytes into one buffer; returns the bytes and the number of read calls."""
-    buf = bytearray(size)
+    bytes into one buffer (uint8, not zero-filled first: a bytearray's zero fill cost 0.11 s
+    of a 146 MB sample's 0.33 s read and decode); returns the buffer and the read calls."""
+    buf = np.empty(size, dtype=np.uint8)
     view = memoryview(buf)
     done = calls = 0
     fd = os.open(path, os.O_RDONLY)
