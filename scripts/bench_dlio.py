@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
 """feedbench against DLIO (MLPerf Storage's benchmark) on the same unet3d-shaped npz files.
 
-Both tools read the very same files: a link tree ``WORK/dataset/train/img_K_of_N.npz`` (DLIO's
-layout) over the npz files of ``--data`` (e.g. ``feedbench sample DIR --workload unet3d``), and
-both take batch 7, 4 read threads and 0.323 s per batch from feedbench's workload table (DLIO's
-``unet3d_h100.yaml``; the script writes DLIO's workload config from it). For each cache state,
-world size (1 and 2 processes) and repeat, three runs are interleaved:
+Both tools read the very same files (symlinks to the npz files of ``--data``, e.g.
+``feedbench sample DIR --workload unet3d``): feedbench ``WORK/dataset/train``, DLIO
+``WORK/dlio-npN/train/img_K_of_M.npz`` (its layout), one tree per world size N, named so that
+DLIO's rank r reads, step by step, the files feedbench's rank r reads (DLIO's torch sampler
+takes a contiguous block per rank shuffled with seed 123, feedbench DistributedSampler's
+interleaved permutation: with a few steps per epoch, AU depends on which batch is the largest,
+so unaligned orders measure different epochs). Both take batch 7, 4 read threads and 0.323 s
+per batch from feedbench's workload table (DLIO's ``unet3d_h100.yaml``; the script writes DLIO's
+workload config from it). For each cache state, world size (1 and 2 processes) and repeat,
+the runs are interleaved:
 
 * ``dlio``: DLIO as shipped, ``mpirun -np N dlio_benchmark ...`` (its tracer on, its debug
   formatting per sample);
@@ -14,14 +19,16 @@ world size (1 and 2 processes) and repeat, three runs are interleaved:
 * ``feedbench``: ``feedbench scan WORK/dataset/train --workload unet3d --accelerator h100
   --consumers N``.
 
-Cache: ``cold`` = one epoch (one pass) after ``sync; echo 3 > /proc/sys/vm/drop_caches`` (root;
-feedbench is also given ``--drop-caches``); ``warm`` = ``--epochs`` epochs in one DLIO run and as
-many repeats of feedbench's warm pass, after every file was read once. AU and samples/s are
-DLIO's definitions (``benchlib/dlio.py``); the load average before and after every run and the
-CPU other processes used during it are kept, so a disturbed run can be spotted.
+Cache: ``cold`` = one epoch (one pass) after every file was evicted and, as root,
+``sync; echo 3 > /proc/sys/vm/drop_caches`` (feedbench also gets ``--drop-caches``);
+``warm`` = ``--epochs`` epochs (default 1: after that DLIO and feedbench reshuffle differently)
+after every file was read once. AU and samples/s are DLIO's definitions (``benchlib/dlio.py``);
+the load average before and after every run and the CPU other processes used during it are
+kept, so a disturbed run can be spotted. ``--cpu-check N`` instead compares the CPU time per
+sample of DLIO's npz read and feedbench's read + decode on N files (load-insensitive).
 
 Results: ``--out`` (JSON, rewritten after every run) and a Markdown table beside it (``.md``).
-``--write-config`` writes the link tree and DLIO's config and exits (no DLIO needed).
+``--write-config`` writes the link trees and DLIO's configs and exits (no DLIO needed).
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ from benchlib.machine import machine, wait_quiet
 
 from feedbench.core.workloads import get_row
 from feedbench.scan import cache
+from feedbench.scan.consumer import consumer_units
+from feedbench.scan.sources import detect
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -56,12 +65,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--consumers", default="1,2", help="world sizes (mpirun -np, --consumers)")
     p.add_argument("--caches", default="cold,warm", help="cold, warm or both")
     p.add_argument("--repeat", type=int, default=3, help="interleaved repeats of every run")
-    p.add_argument("--epochs", type=int, default=3, help="epochs per warm run")
+    p.add_argument("--epochs", type=int, default=1, help="epochs per warm run (1: aligned)")
     p.add_argument("--files", type=int, help="use at most this many files")
     p.add_argument("--tools", default=",".join(dlio.TOOLS), help="dlio, dlio-lean, feedbench")
     p.add_argument("--quiet-load", type=float, default=0.3,
                    help="wait before a run until other load is below this (cores)")  # fmt: skip
     p.add_argument("--quiet-wait", type=float, default=120.0, help="but at most this long (s)")
+    p.add_argument("--cpu-check", type=int, metavar="N",
+                   help="only: CPU per sample of both readers, N files, warm")  # fmt: skip
     p.add_argument("--render", action="store_true", help="print --out's Markdown table and exit")
     p.add_argument("--write-config", action="store_true", help="write the tree and config only")
     args = p.parse_args(argv)
@@ -78,12 +89,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prepare(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
-    """The link tree and DLIO's config; returns (train folder, config folder, files)."""
+    """feedbench's link tree (the files in name order), and per world size DLIO's tree in its
+    layout, aligned to feedbench's order, and its config; returns (feedbench's folder, config
+    folder, files)."""
     files = sorted(args.data.rglob("*.npz"))
     batch = get_row(dlio.WORKLOAD).batch_size
     files = dlio.files_to_use(files, batch, max(args.consumers), args.files)
     train = dlio.link_tree(files, args.work / "dataset")
-    config_dir = dlio.write_config(args.work, args.work / "dataset", len(files))
+    source, _ = detect(str(train), "npz")
+    links = [Path(p) for p in source.files()]
+    config_dir = args.work / "dlio-config"
+    for world in args.consumers:
+        orders = [[int(i) for i in consumer_units(source, r, world, seed=0, epoch=0)]
+                  for r in range(world)]  # fmt: skip
+        root = args.work / f"dlio-np{world}"
+        dlio.aligned_tree(links, orders, root)
+        config_dir = dlio.write_config(args.work, root, len(files), world)
     return train, config_dir, files
 
 
@@ -149,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
     train, config_dir, files = prepare(args)
     log(f"{len(files)} files linked under {train}; DLIO config in {config_dir}")
     if args.write_config:
+        return 0
+    if args.cpu_check:
+        picked = files[: args.cpu_check]
+        warm([str(f) for f in picked])
+        print(json.dumps(dlio.per_sample_cpu(picked, args.repeat), indent=2))
         return 0
     if args.render:
         print(dlio.render(json.loads(args.out.read_text())), end="")

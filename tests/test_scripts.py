@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
@@ -217,10 +219,17 @@ def test_verify_table_help_and_no_arguments():
     assert r.returncode == 2 and "verify_table.py" in r.stderr and r.stdout == ""
 
 
-def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path):
-    """--write-config: the link tree (DLIO's train/ layout, whole batches for 1 and 2 ranks) and
-    DLIO's workload config from feedbench's unet3d row; too few files is one error line."""
+@pytest.mark.slow  # two script runs that import torch (feedbench.scan), 4-7 s
+def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path, monkeypatch):
+    """--write-config: feedbench's link tree, and per world size DLIO's (its train/ layout,
+    whole batches for 1 and 2 ranks) in which DLIO's rank r reads feedbench's rank r's files in
+    feedbench's order; DLIO's configs from feedbench's unet3d row; too few files: one error."""
     from feedbench.sample_workload import make_workload
+    from feedbench.scan.consumer import consumer_units
+    from feedbench.scan.sources import detect
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
 
     make_workload(tmp_path / "u3d", "unet3d", 0.0005)  # 32 small npz files
     script, work = str(SCRIPTS / "bench_dlio.py"), tmp_path / "work"
@@ -230,16 +239,24 @@ def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    links = sorted((work / "dataset" / "train").iterdir())
-    sources = sorted((tmp_path / "u3d" / "data").glob("*.npz"))
-    assert [p.name for p in links[:2]] == ["img_0000_of_0028.npz", "img_0001_of_0028.npz"]
-    assert [p.resolve() for p in links] == [p.resolve() for p in sources[:28]]  # 28 = 2 × 2 × 7
-    assert (work / "dataset" / "valid").is_dir()
-    config = (work / "dlio-config" / "workload" / "feedbench_unet3d.yaml").read_text()
-    for line in ("batch_size: 7", "read_threads: 4", "computation_time: 0.323",
-                 "num_files_train: 28", f"data_folder: {work / 'dataset'}", "checkpoint: False",
-                 "keep_files: True"):  # fmt: skip
-        assert f"  {line}\n" in config, line
+    sources = sorted((tmp_path / "u3d" / "data").glob("*.npz"))[:28]  # 28 = 2 ranks × 2 × 7
+    source, _ = detect(str(work / "dataset" / "train"), "npz")
+    assert [Path(p).resolve() for p in source.files()] == [p.resolve() for p in sources]
+    for world in (1, 2):
+        links = sorted((work / f"dlio-np{world}" / "train").iterdir())
+        assert [p.name for p in links[:2]] == ["img_0000_of_0028.npz", "img_0001_of_0028.npz"]
+        assert (work / f"dlio-np{world}" / "valid").is_dir()
+        for rank in range(world):
+            dlio_reads = [links[i].resolve() for i in dlio.dlio_order(28, rank, world)]
+            fb_reads = [sources[i].resolve() for i in consumer_units(source, rank, world, seed=0,
+                                                                     epoch=0)]  # fmt: skip
+            assert dlio_reads == fb_reads
+        config = work / "dlio-config" / "workload" / f"feedbench_unet3d_np{world}.yaml"
+        text = config.read_text()
+        for line in ("batch_size: 7", "read_threads: 4", "computation_time: 0.323",
+                     "num_files_train: 28", f"data_folder: {work / f'dlio-np{world}'}",
+                     "checkpoint: False", "keep_files: True", "seed: 123"):  # fmt: skip
+            assert f"  {line}\n" in text, line
     r = subprocess.run(
         [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work),
          "--files", "13", "--write-config"],

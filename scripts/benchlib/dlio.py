@@ -13,6 +13,7 @@ DLIO's definitions (dlio_benchmark 2.0.0, ``utils/statscounter.py``), per rank a
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,10 +24,12 @@ from typing import Any
 from feedbench.core.stats import spread
 from feedbench.core.workloads import get_row, get_shape
 
+from .common import paired
 from .machine import CpuMeter
 
 WORKLOAD = "unet3d"
-CONFIG_NAME = "feedbench_unet3d"  # the workload config the script writes for DLIO
+CONFIG_NAME = "feedbench_unet3d_np{world}"  # DLIO's workload config, one per world size
+DLIO_SEED = 123  # DLIO's default train.seed, written into the config so the order is pinned
 LEAN = Path(__file__).resolve().parent / "dlio_lean.py"
 TOOLS = ("dlio", "dlio-lean", "feedbench")
 
@@ -86,18 +89,45 @@ reader:
 train:
   epochs: 1
   computation_time: {row.step_s}
+  seed: {DLIO_SEED}
 metric:
   au: {row.target_au}
 """
 
 
-def write_config(work: Path, data_folder: Path, n_files: int) -> Path:
-    """The config folder DLIO is pointed at with hydra's ``--config-dir``."""
+def write_config(work: Path, data_folder: Path, n_files: int, world: int) -> Path:
+    """World ``world``'s config in the folder DLIO is pointed at with hydra's ``--config-dir``."""
     folder = work / "dlio-config"
     (folder / "workload").mkdir(parents=True, exist_ok=True)
-    path = folder / "workload" / f"{CONFIG_NAME}.yaml"
+    path = folder / "workload" / f"{CONFIG_NAME.format(world=world)}.yaml"
     path.write_text(workload_config(data_folder, n_files))
     return folder
+
+
+def dlio_order(n: int, rank: int, world: int, seed: int = DLIO_SEED) -> list[int]:
+    """The sample indices DLIO 2.0.0's torch sampler gives ``rank`` (``dlio_sampler``): a
+    contiguous block of ceil(n / world), shuffled after ``np.random.seed(seed)``, the same
+    every epoch; sample i is file i of the sorted list (one sample per file)."""
+    import numpy as np
+
+    per = math.ceil(n / world)
+    indices = list(range(rank * per, (rank + 1) * per))
+    np.random.seed(seed)
+    np.random.shuffle(indices)
+    return indices
+
+
+def aligned_tree(fb_files: list[Path], orders: list[list[int]], root: Path) -> Path:
+    """DLIO's link tree for one world size, named so that DLIO's rank r reads, step by step,
+    the files feedbench's rank r reads (``orders[r]``: indices into ``fb_files``): both tools
+    then form the same batches from the same files in the same order."""
+    names: list[Path | None] = [None] * len(fb_files)
+    for rank, order in enumerate(orders):
+        for pos, k in zip(dlio_order(len(fb_files), rank, len(orders)), order, strict=True):
+            names[pos] = fb_files[k]
+    if any(f is None for f in names):
+        raise SystemExit("error: the ranks' orders do not cover every file once")
+    return link_tree([f for f in names if f is not None], root)
 
 
 def mpi_launcher(mpi: str, dlio_python: str, world: int, env: dict[str, str]) -> list[str]:
@@ -122,7 +152,7 @@ def dlio_command(
     if tool == "dlio-lean":
         entry = [dlio_python, str(LEAN)]
     hydra = [
-        "--config-dir", str(config_dir), f"workload={CONFIG_NAME}",
+        "--config-dir", str(config_dir), f"workload={CONFIG_NAME.format(world=world)}",
         f"++workload.train.epochs={epochs}", f"++workload.output.folder={out}",
         f"hydra.run.dir={out}/hydra",
     ]  # fmt: skip
@@ -244,3 +274,37 @@ def render(res: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     return "\n".join(lines + (head + ratios if ratios else [])) + "\n"
+
+
+def per_sample_cpu(files: list[Path], repeats: int) -> dict[str, Any]:
+    """CPU seconds per sample (warm cache, this process, interleaved) of DLIO's npz read,
+    ``np.load(path)["x"]`` (its NPZReader.open), and of feedbench's read and decode of the same
+    file: the work per sample, which other processes' load hardly changes (CPU time, not wall)."""
+    import resource
+
+    import numpy as np
+
+    from loaders.data.records import decode, read_range
+
+    def cpu_s() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def dlio_read(p: Path) -> None:
+        np.load(p, allow_pickle=True)["x"]
+
+    def feedbench_read(p: Path) -> None:
+        data, _ = read_range(str(p), 0, p.stat().st_size)
+        decode("npz", data, p.name)
+
+    out: dict[str, list[float]] = {"dlio": [], "feedbench": []}
+    for _ in range(repeats):
+        for name, fn in (("dlio", dlio_read), ("feedbench", feedbench_read)):
+            t0 = cpu_s()
+            for p in files:
+                fn(p)
+            out[name].append((cpu_s() - t0) / len(files))
+    res = {k: spread(v) for k, v in out.items()}
+    res["ratio_paired"] = paired(out["feedbench"], out["dlio"])
+    res["files"], res["bytes"] = len(files), sum(p.stat().st_size for p in files)
+    return res
