@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
 
@@ -215,3 +217,74 @@ def test_verify_table_help_and_no_arguments():
     assert r.returncode == 0 and "python scripts/verify_table.py results/tune-*.json" in r.stdout
     r = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert r.returncode == 2 and "verify_table.py" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.slow  # two script runs that import torch (feedbench.scan), 4-7 s
+def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path, monkeypatch):
+    """--write-config: feedbench's link tree, and per world size DLIO's (its train/ layout,
+    whole batches for 1 and 2 ranks) in which DLIO's rank r reads feedbench's rank r's files in
+    feedbench's order; DLIO's configs from feedbench's unet3d row; too few files: one error."""
+    from feedbench.sample_workload import make_workload
+    from feedbench.scan.consumer import consumer_units
+    from feedbench.scan.sources import detect
+
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    make_workload(tmp_path / "u3d", "unet3d", 0.0005)  # 32 small npz files
+    script, work = str(SCRIPTS / "bench_dlio.py"), tmp_path / "work"
+    r = subprocess.run(
+        [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work),
+         "--write-config"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    sources = sorted((tmp_path / "u3d" / "data").glob("*.npz"))[:28]  # 28 = 2 ranks × 2 × 7
+    source, _ = detect(str(work / "dataset" / "train"), "npz")
+    assert [Path(p).resolve() for p in source.files()] == [p.resolve() for p in sources]
+    for world in (1, 2):
+        links = sorted((work / f"dlio-np{world}" / "train").iterdir())
+        assert [p.name for p in links[:2]] == ["img_0000_of_0028.npz", "img_0001_of_0028.npz"]
+        assert (work / f"dlio-np{world}" / "valid").is_dir()
+        for rank in range(world):
+            dlio_reads = [links[i].resolve() for i in dlio.dlio_order(28, rank, world)]
+            fb_reads = [sources[i].resolve() for i in consumer_units(source, rank, world, seed=0,
+                                                                     epoch=0)]  # fmt: skip
+            assert dlio_reads == fb_reads
+        config = work / "dlio-config" / "workload" / f"feedbench_unet3d_np{world}.yaml"
+        text = config.read_text()
+        for line in ("batch_size: 7", "read_threads: 4", "computation_time: 0.323",
+                     "num_files_train: 28", f"data_folder: {work / f'dlio-np{world}'}",
+                     "checkpoint: False", "keep_files: True", "seed: 123"):  # fmt: skip
+            assert f"  {line}\n" in text, line
+    r = subprocess.run(
+        [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work),
+         "--files", "13", "--write-config"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "error: need at least 14 npz files (batch × largest world)"
+    ], r.stderr
+
+
+def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch):
+    """DLIO 2.0.0's outputs (summary, per-rank steps) and a feedbench results file → the same
+    quantities: AU, samples/s over the whole epoch, samples/s after the first step."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    (tmp_path / "summary.json").write_text(json.dumps({"metric": {
+        "train_au_percentage": [50.0], "train_throughput_samples_per_second": [4.0]}}))  # fmt: skip
+    for rank, au in ((0, 50.0), (1, 25.0)):
+        epoch = {"1": {"au": {"block1": au}, "compute": {"block1": [0.5, 0.5, 0.5]}}}
+        (tmp_path / f"{rank}_output.json").write_text(json.dumps(epoch | {"hostname": "h"}))
+    got = dlio.dlio_metrics(tmp_path, batch=7)
+    # after step 1 a rank's rate is AU × batch / step: 0.5 × 14 + 0.25 × 14
+    assert got == {"au": [0.5], "samples_per_s": [4.0], "steady_samples_per_s": [10.5],
+                   "steps": [6]}  # fmt: skip
+    consumer = {"samples": 21, "wall_s": 3.0, "batches": 3}
+    two = [consumer, consumer | {"wall_s": 7.0}]
+    result = {"measurements": [{"au_mean": 0.4, "steady_samples_per_s": 9.0, "per_consumer": two}]}
+    assert dlio.feedbench_metrics(result) == {
+        "au": [0.4], "samples_per_s": [10.0], "steady_samples_per_s": [9.0], "steps": [6]
+    }  # fmt: skip

@@ -100,16 +100,17 @@ class Source:
     def iter_samples(self, unit_indices: Sequence[int], views: bool = False) -> Iterator[RawSample]:
         """Read the given units in order, one record per sample (or per failure).
 
-        ``views=True``: a shard sample's ``data`` may be a memoryview valid only until the next
-        sample is asked for (no copy out of a read buffer); for consumers done with each sample
-        before taking the next."""
+        ``views=True``: a shard sample's ``data`` may be a memoryview, a data file's sample the
+        process's one read buffer, valid only until the next sample is asked for (no copy out of
+        a read buffer, no fresh buffer per sample); for consumers done with each sample before
+        taking the next."""
         if self.kind == "tree":
             for i in unit_indices:
                 yield self._read_image(str(self._files[i]), int(self._labels[i]))
             return
         if self.kind == "records":
             for i in unit_indices:
-                yield self._read_record(int(i))
+                yield self._read_record(int(i), reuse=views)
             return
         for i in unit_indices:
             path = str(self._files[i])
@@ -136,8 +137,9 @@ class Source:
         error = "zero-byte file" if not data else None
         return RawSample(path, data if data else None, label, len(data), read_s, error)
 
-    def _read_record(self, i: int) -> RawSample:
-        """Sample ``i`` of data files: one bounded read (a whole file, or a record in one)."""
+    def _read_record(self, i: int, reuse: bool = False) -> RawSample:
+        """Sample ``i`` of data files: one bounded read (a whole file, or a record in one);
+        ``reuse``: into the process's one read buffer (see ``iter_samples``' views)."""
         table = self.table
         assert table is not None
         path = str(self._files[table.file_of[i]])
@@ -147,7 +149,8 @@ class Source:
         try:
             if self.latency_s > 0:
                 time.sleep(self.latency_s)
-            data, _ = records.read_record(path, offset, size, url=self.remote, direct=self.direct)
+            data, _ = records.read_record(path, offset, size, url=self.remote, direct=self.direct,
+                                          reuse=reuse)  # fmt: skip
         except OSError as e:
             why = e.strerror or remote_io.one_line(e)
             return RawSample(key, None, 0, 0, time.perf_counter() - t0, "unreadable: " + why)

@@ -66,6 +66,25 @@ def test_npy_and_npz_files_decode_to_the_arrays_written(tmp_path):
         st.decode_record(source, RawSample("bad.npz", b"PK not a zip", 0, 12, 0.0))
 
 
+def test_npz_decode_equals_numpy_load_and_checks_each_members_crc(tmp_path):
+    """The zip64 npz files of `feedbench sample --workload unet3d`, decoded from the read
+    buffer as numpy.load decodes the file; a flipped payload byte fails its CRC-32."""
+    from feedbench.sample_workload import make_workload
+
+    make_workload(tmp_path, "unet3d", 0.0003)
+    path = sorted((tmp_path / "data").glob("*.npz"))[0]
+    data = bytearray(path.read_bytes())
+    got = records.decode("npz", data, path.name)
+    with np.load(path) as want:
+        assert sorted(got) == sorted(want.files) == ["x", "y"]
+        for k in want.files:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+            np.testing.assert_array_equal(got[k], want[k])
+    data[len(data) // 2] ^= 0xFF  # inside x's payload
+    with pytest.raises(RecordFormatError, match="bad CRC-32"):
+        records.decode("npz", data, path.name)
+
+
 def test_tfrecord_framing_follows_the_spec():
     assert records.has_decode("tfrecord") and not records.has_decode("files")
     crc = tfrecord._crc32c()

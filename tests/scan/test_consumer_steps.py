@@ -18,7 +18,7 @@ from feedbench.scan.consumer import (
     run_consumer,
 )
 from feedbench.scan.sources import detect
-from feedbench.scan.stream import KEEP_ERRORS, BatchTimes
+from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, worker_share
 
 
 def scripted(delays_s, samples=4, tail_errors=0):
@@ -204,6 +204,23 @@ def test_a_training_loader_is_one_end_to_end_stage():
 
 
 # --- the stage loader, in this process (no workers) --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "n", "batch", "workers", "want"),
+    [
+        # samples by whole batches, batch k to worker k mod W: no partial batch but the last
+        ("records", 21, 7, 4, [range(0, 7), range(7, 14), range(14, 21), []]),
+        ("tree", 10, 3, 2, [[0, 1, 2, 6, 7, 8], [3, 4, 5, 9]]),
+        ("records", 3, 7, 2, [[0, 1, 2], []]),
+        # shards every W-th: a shard's samples are one worker's
+        ("shards", 5, 3, 2, [[0, 2, 4], [1, 3]]),
+    ],
+)
+def test_worker_share_hands_out_whole_batches(kind, n, batch, workers, want):
+    units = np.arange(100, 100 + n)
+    shares = [worker_share(units, kind, batch, w, workers) for w in range(workers)]
+    assert [[int(u) - 100 for u in s] for s in shares] == [list(w) for w in want]
 
 
 def test_stage_stream_in_the_consumer_process(dataset):
