@@ -175,8 +175,12 @@ def test_throttled_read_is_read_bound(dataset):
         read_latency_s=0.03,
     )
     r = scan(cfg)
-    assert r.verdict.bound == "read" and r.verdict.resource == "storage", r.verdict
-    assert r.verdict.text.startswith("read-bound")
+    v = r.verdict
+    assert v.bound == "read" and v.text.startswith("read-bound"), v
+    if v.resource == "cpu":  # right only when other work (another test run) saturated the cores
+        assert "of them by other processes" in v.text, v.text
+    else:
+        assert v.resource == "storage", v
 
 
 def test_heavy_cpu_work_with_spare_disk_is_cpu_bound(dataset):
