@@ -20,6 +20,7 @@ from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.loaders import batches_per_epoch
 from feedbench.verify.results import StepSeries, units
 
+WORKER_MODULE = "feedbench.verify.worker"  # what torchrun runs as each rank
 RANK_DEATH_GRACE_S = 10.0  # a rank has died: torchrun's time to notice before we stop the job
 
 
@@ -46,7 +47,7 @@ def worker_command(
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
         "--nproc-per-node", str(gpus), "--max-restarts", "0", "--monitor-interval", "0.1",
-        "-m", "feedbench.verify.worker",
+        "-m", WORKER_MODULE,
         "--loader", loader, "--source", source, "--model", p.model, "--batch-size", str(per),
         "--steps", str(p.steps), "--warmup", str(p.warmup), "--image-size", str(p.image_size),
         "--seed", str(config.seed), "--num-classes", str(config.num_classes),
@@ -109,7 +110,8 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
                         for child in me.children(recursive=True):
                             known.setdefault(child.pid, child)
                         for child in me.children(recursive=False):
-                            ranks.setdefault(child.pid, child)
+                            if _is_rank(child):  # not a passing helper (ldconfig, a shell)
+                                ranks.setdefault(child.pid, child)
                     except psutil.Error:
                         pass
                     if died_at is None and ranks and len(alive(ranks.values())) < len(ranks):
@@ -132,6 +134,15 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
     return JobOutcome(
         top.returncode, interrupted, timed_out, rank_died, time.monotonic() - t0, leftover
     )
+
+
+def _is_rank(proc: psutil.Process) -> bool:
+    """A child of torchrun that is one of the job's ranks (the worker module), not a helper it
+    or its imports started and that ends by itself (its end is no rank's death)."""
+    try:
+        return WORKER_MODULE in proc.cmdline()
+    except psutil.Error:
+        return False
 
 
 def read_parts(out_dir: str, gpus: int) -> tuple[list[StepSeries], dict[int, bool]]:
