@@ -233,5 +233,8 @@ def test_real_scans_on_saturated_cores_get_a_cpu_verdict(dataset, busy_cores, st
     config = ScanConfig(str(dataset / "images"), stages=stages, batch_size=4,
                         passes=("cold", "warm"), read_latency_s=0.02)  # fmt: skip
     v = scan(config).verdict
+    if v.resource == "storage":  # only on direct evidence: the page cache removed the limit
+        assert "the warm pass (page cache) ran" in v.text and "faster than the cold" in v.text
+        return
     assert v.resource == "cpu", v.text
     assert "cores busy" in v.text
