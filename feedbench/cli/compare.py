@@ -49,8 +49,9 @@ def compare(
     from feedbench.report.compare_plots import compare_plot
 
     which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
-    if any(envelope.read(p).get("kind") == "verify" for p in results):
-        _check_prediction(results, label, which, json_out)
+    kinds = [envelope.read(p).get("kind", "scan") for p in results]  # each file read once here
+    if "verify" in kinds:
+        _check_prediction(results, kinds, label, which, json_out)
         return
     prices = _prices(cost or [])
     cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which, prices))
@@ -65,7 +66,7 @@ def compare(
             out.print(f"plots: {written}")
 
 
-def _check_prediction(results: list[Path], label, which: str, json_out) -> None:
+def _check_prediction(results: list[Path], kinds: list[str], label, which: str, json_out) -> None:
     from feedbench.core import envelope
     from feedbench.core.errors import FeedbenchError
     from feedbench.core.redact import scrub
@@ -74,7 +75,6 @@ def _check_prediction(results: list[Path], label, which: str, json_out) -> None:
     labels = label or [p.stem for p in results]
     if len(labels) != len(results):
         raise FeedbenchError(f"--label given {len(labels)} times for {len(results)} files")
-    kinds = [envelope.read(p).get("kind", "scan") for p in results]
     files = list(zip(labels, map(str, results), kinds, strict=True))
     scans = [(lb, p) for lb, p, kind in files if kind == "scan"]
     verifies = [(lb, p) for lb, p, kind in files if kind == "verify"]
