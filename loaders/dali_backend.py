@@ -60,7 +60,6 @@ no label, truncated shards) are skipped and counted as for every backend.
 
 from __future__ import annotations
 
-import collections
 import os
 import re
 import tempfile
@@ -74,6 +73,7 @@ from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
+from loaders.pacing import Pacer
 from loaders.resume import ResumePoint
 
 READER = "Reader"
@@ -87,7 +87,8 @@ HW_DECODER_LOAD = 0.99
 # (BENCHMARKS.md, "Where the DALI loader's last 7% goes").
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
-# buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits).
+# buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits;
+# ``pace_lead_ms=L``: until L ms before the previous step is due to end: loaders.pacing).
 # A training loop without a synchronising call otherwise runs ahead of the GPU, keeping it full
 # of training kernels queued at (or above) the priority of DALI's; DALI's kernels for the next
 # batches then wait behind them, and training waits for data. What the wait costs depends on the
@@ -151,6 +152,7 @@ class DaliLoader(LoaderBase):
         hw_decoder_load: float = HW_DECODER_LOAD,
         dont_use_mmap: bool | None = None,
         pace: int | bool = 1,
+        pace_lead_ms: float = 0.0,
         decode: str = "auto",
         dali_augment=None,
         **common,
@@ -177,12 +179,19 @@ class DaliLoader(LoaderBase):
             pace = int(pace)
         if not isinstance(pace, int) or pace < 0:
             raise ValueError(f"pace takes 0 (off), 1 or more steps, not {pace!r}")
+        if not isinstance(pace_lead_ms, int | float) or pace_lead_ms < 0:
+            raise ValueError(f"pace_lead_ms takes milliseconds ≥ 0, not {pace_lead_ms!r}")
+        if pace_lead_ms and pace != 1:
+            raise ValueError(f"pace_lead_ms needs pace=1, not pace={pace}")
         self.pace = pace
-        self._marks: collections.deque = collections.deque()  # see PACING
+        self.pace_lead_ms = float(pace_lead_ms)
+        self._pacer: Pacer | None = None  # see PACING; made with the device known below
         # None: plain reads for image trees (a map + unmap per small file costs more than a read),
         # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
         self.gpu = self.device.type == "cuda"
+        if self.gpu and pace:
+            self._pacer = Pacer(self.device, pace, self.pace_lead_ms)
         if decode == "gpu" and not self.gpu:
             raise ValueError("decode='gpu' needs a CUDA device")
         # see DECODE ON THE CPU: decode, crop and resize on DALI's CPU threads, only the
@@ -398,8 +407,8 @@ class DaliLoader(LoaderBase):
                 if n == 0 or (self.drop_last and n < self.batch_size):
                     continue  # DALI's padding beyond this rank's samples, or a partial batch
                 batch = self._outputs(out, n)
-                if self.gpu and self.pace:
-                    self._wait_for_caller()
+                if self._pacer is not None:
+                    self._pacer.wait()
                 yield batch
             finished = True
         except RuntimeError as e:
@@ -461,17 +470,6 @@ class DaliLoader(LoaderBase):
                 pass
             self._dali_epoch, self._midway = epoch, False
         return True
-
-    def _wait_for_caller(self) -> None:
-        """PACING: mark the caller's stream at this handover, and wait for the mark made
-        ``pace - 1`` handovers ago (pace 1: this one, i.e. the previous step and this batch's
-        copy; pace 2: the host may have one step queued beyond the GPU's)."""
-        mark = torch.cuda.Event()
-        mark.record(torch.cuda.current_stream(self.device))
-        self._marks.append(mark)
-        while len(self._marks) > self.pace:
-            self._marks.popleft()
-        self._marks[0].synchronize()
 
     def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One batch; nothing here makes the host wait for the GPU (that is ``pace``'s choice).
@@ -571,7 +569,8 @@ class DaliLoader(LoaderBase):
 
     def close(self) -> None:
         self._iterator = None  # DALI frees the pipeline with the iterator
-        self._marks.clear()
+        if self._pacer is not None:
+            self._pacer.reset()
 
     def __del__(self) -> None:
         tmp = getattr(self, "_tmp", None)

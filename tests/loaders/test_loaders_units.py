@@ -163,6 +163,30 @@ def test_dali_pace_takes_whole_steps(tmp_path, pace):
         build_loader(root, "dali", 8, image_size=16, workers=1, pace=pace)
 
 
+@pytest.mark.parametrize(
+    ("options", "match"),
+    [
+        ({"pace_lead_ms": -1}, "pace_lead_ms takes milliseconds"),
+        ({"pace_lead_ms": "soon"}, "pace_lead_ms takes milliseconds"),
+        ({"pace_lead_ms": 3, "pace": 2}, "pace_lead_ms needs pace=1"),
+    ],
+)
+def test_dali_pace_lead_is_checked(tmp_path, options, match):
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    root = make_tiny(tmp_path, n=40, per_shard=10)["tree"]
+    with pytest.raises(ValueError, match=match):
+        build_loader(root, "dali", 8, image_size=16, workers=1, **options)
+
+
+def test_pacing_release_time_is_the_median_step_less_the_lead():
+    """The host goes on ``lead`` before the running step is due: the end of the one before
+    plus the median of the recent steps (one outlier, e.g. an epoch's first step, moves nothing)."""
+    from loaders.pacing import release_time
+
+    assert release_time(10.0, [0.050, 0.052, 0.900], 0.003) == pytest.approx(10.049)
+    assert release_time(10.0, [0.050], 0.0) == pytest.approx(10.050)
+
+
 def test_dali_decode_choices(tmp_path):
     """``decode``: auto, gpu or cpu; asking for GPU decode without a GPU is refused, not ignored."""
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
