@@ -210,7 +210,10 @@ def build_loader(
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image
       trees, mapping for shards), ``pace`` (GPU: before each batch the host waits for the
       caller's stream, so training does not run ahead of DALI's GPU work; 1 by default; k lets
-      the host be k - 1 steps ahead; 0 never waits), ``decode`` (auto, gpu or cpu),
+      the host be k - 1 steps ahead; 0 never waits), ``pace_lead_ms`` (with ``pace=1``: let
+      the host go on this long before the previous step is due to end, at most a tenth of a
+      step; 5 by default, 0 waits for the end: :mod:`loaders.pacing`), ``decode`` (auto, gpu
+      or cpu),
       ``dali_augment`` (your function of DALI DataNodes, called inside the pipeline definition
       on the uint8 HWC images at the output size, before flip and normalisation:
       :meth:`loaders.dali_backend.DaliLoader._augment`).

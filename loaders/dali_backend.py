@@ -73,7 +73,7 @@ from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
-from loaders.pacing import Pacer
+from loaders.pacing import LEAD_MS, Pacer
 from loaders.resume import ResumePoint
 
 READER = "Reader"
@@ -152,7 +152,7 @@ class DaliLoader(LoaderBase):
         hw_decoder_load: float = HW_DECODER_LOAD,
         dont_use_mmap: bool | None = None,
         pace: int | bool = 1,
-        pace_lead_ms: float = 0.0,
+        pace_lead_ms: float = LEAD_MS,
         decode: str = "auto",
         dali_augment=None,
         **common,
@@ -181,8 +181,8 @@ class DaliLoader(LoaderBase):
             raise ValueError(f"pace takes 0 (off), 1 or more steps, not {pace!r}")
         if not isinstance(pace_lead_ms, int | float) or pace_lead_ms < 0:
             raise ValueError(f"pace_lead_ms takes milliseconds ≥ 0, not {pace_lead_ms!r}")
-        if pace_lead_ms and pace != 1:
-            raise ValueError(f"pace_lead_ms needs pace=1, not pace={pace}")
+        if pace != 1:  # the lead is a refinement of pace=1; other paces wait as they say
+            pace_lead_ms = 0.0
         self.pace = pace
         self.pace_lead_ms = float(pace_lead_ms)
         self._pacer: Pacer | None = None  # see PACING; made with the device known below

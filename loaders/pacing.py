@@ -18,14 +18,22 @@ import time
 
 import torch
 
+# The default lead, and its cap as a share of the step. Measured with ResNet-50 training on one
+# H200 (57 ms steps, DDP defaults): leads of 2, 5, 8 and 12 ms gave 0.93, 0.96, 0.94 and 0.93 of
+# the synthetic ceiling against 0.91 without (BENCHMARKS.md, "Pacing with a lead"): past ~10% of
+# the step the host queues enough to starve DALI's kernels again, so shorter steps get less lead.
+LEAD_MS = 5.0
+LEAD_SHARE = 0.1
 RECALIBRATE = 512  # handovers between full waits that re-anchor the GPU clock to the host's
 PERIODS = 9  # recent step times (GPU clock) whose median predicts the next
 
 
 def release_time(prev_done: float, periods, lead_s: float) -> float:
-    """When the host may go on (host clock, s): ``lead_s`` before the step now on the GPU is
-    due to end, i.e. the end of the one before (``prev_done``) plus the median step time."""
-    return prev_done + statistics.median(periods) - lead_s
+    """When the host may go on (host clock, s): ``lead_s`` (at most ``LEAD_SHARE`` of a step)
+    before the step now on the GPU is due to end, i.e. the end of the one before
+    (``prev_done``) plus the median step time."""
+    step = statistics.median(periods)
+    return prev_done + step - min(lead_s, LEAD_SHARE * step)
 
 
 class Pacer:

@@ -110,11 +110,13 @@ def test_batches_never_make_the_host_wait_for_the_gpu(tiny_gpu, backend, kind):
 @pytest.mark.parametrize("kind", ["tree", "shards"])
 @pytest.mark.parametrize("pace", [1, 2])
 def test_dali_pace_bounds_how_far_the_host_runs_ahead(tiny_gpu, kind, pace):
-    """``pace=1`` (the default): a batch arrives with the caller's stream idle; ``pace=2``: with
+    """``pace=1`` without a lead: a batch arrives with the caller's stream idle; ``pace=2``: with
     the work queued before the previous batch done (the host one step ahead at most)."""
     from loaders import build_loader
 
-    loader = build_loader(tiny_gpu[kind], "dali", 32, image_size=32, workers=2, pace=pace)
+    loader = build_loader(
+        tiny_gpu[kind], "dali", 32, image_size=32, workers=2, pace=pace, pace_lead_ms=0
+    )
     stream = torch.cuda.current_stream()
     big = torch.randn(4096, 4096, device="cuda")
     steps: list[torch.cuda.Event] = []  # the end of each emulated step's work
