@@ -14,6 +14,8 @@ import pytest
 
 from feedbench.report.doc_scan import SCAN_CSV
 from feedbench.report.fmt import fmt_rate
+from feedbench.report.sut import fact_groups, slowed_flag
+from feedbench.scan.results import load
 from tests.report.pages import flat, md_table, read_csv, read_page
 
 SECTIONS = ["answer", "summary", "charts", "system", "details", "method", "command"]
@@ -76,6 +78,13 @@ def test_a_scan_as_a_page_markdown_and_csv_from_its_results(cli, scans, tmp_path
                  f"mount options {doc['system']['mount_options']}", "Slowed on purpose",
                  f"{doc['host']['cpu_count']} cores"):  # fmt: skip
         assert fact in system, fact
+    # one description of the system under test (report.sut): the page shows every fact, the
+    # terminal every fact it does not say elsewhere (the cache caveat is among its warnings)
+    groups = fact_groups(load(scans["slow"]))
+    assert all(flat(f"{what} {value}") in system for g in groups for what, value in g.facts)
+    on_console = [f for g in groups if g.console for f in g.facts]
+    assert on_console and all(flat(f"{w}: {v}") in flat(out) for w, v in on_console)
+    assert flat(slowed_flag(load(scans["slow"]))) in flat(out)
     assert flat(page.text_of["command"]).startswith(f"Command {flat(shlex.join(doc['command']))}")
     _check_markdown(md, doc)
     _check_csv(csv_text, doc)
@@ -116,7 +125,6 @@ def test_the_answer_is_the_accelerators_fed_and_whether_it_may_size(scan_json):
     page renders whatever the file holds)."""
     from feedbench.report.doc_scan import scan_document
     from feedbench.report.html import page
-    from feedbench.scan.results import load
 
     result = load(scan_json)
     result.accelerator = {"kind": "profile", "name": "resnet50-h200", "samples_per_s": 4700.0,
