@@ -37,8 +37,9 @@ def report(
         Path | None,
         typer.Option(
             metavar="PATH",
-            help="Also write the summary table as CSV here: one row "
-            "per consumer count (scan), system (compare) or run (verify).",
+            help="Also write the summary table as CSV here: a scan's every repeat "
+            "(repeat 1, 2, …) and each point's mean (repeat mean); one row per "
+            "system (compare) or run (verify).",
         ),
     ] = None,
 ) -> None:

@@ -1,6 +1,7 @@
-"""``feedbench report --csv``: the summary table as CSV, one row per measured point (a scan: per
-consumer count and pass; a comparison: per system; a verify: per training run), units in the
-headers, numbers as the results file holds them (no rounding, no thousands separators)."""
+"""``feedbench report --csv``: the summary table as CSV (a scan: each repeat's own row, then
+each consumer count and pass's mean row; a comparison: one row per system; a verify: one per
+training run), units in the headers, numbers as the results file holds them (no rounding, no
+thousands separators)."""
 
 from __future__ import annotations
 

@@ -26,19 +26,22 @@ class Shown:
 @dataclass
 class Table:
     """Rows of raw values, shown through ``columns`` and exported through ``csv`` (the CSV
-    header, with its unit, and the row key it reads)."""
+    header, with its unit, and the row key it reads). ``csv_rows``, where given, are the rows
+    the CSV writes instead: more than a page shows (a scan's every repeat beside its mean)."""
 
     title: str
     rows: list[Row]
     columns: list[Shown]
     csv: list[tuple[str, str]] = field(default_factory=list)
     note: str | None = None
+    csv_rows: list[Row] | None = None
 
     def cells(self) -> list[list[str]]:
         return [[c.text(r) for c in self.columns] for r in self.rows]
 
     def records(self) -> list[list[Any]]:
-        return [[r.get(key) for _, key in self.csv] for r in self.rows]
+        rows = self.rows if self.csv_rows is None else self.csv_rows
+        return [[r.get(key) for _, key in self.csv] for r in rows]
 
 
 @dataclass

@@ -11,9 +11,9 @@ from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, comma
 from feedbench.report.doc import plural as _plural
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
 from feedbench.report.sut import system_facts
-from feedbench.scan.results import Measurement, ScanResult
+from feedbench.scan.results import CurvePoint, Measurement, ScanResult
 from feedbench.scan.sizing import fed
-from feedbench.scan.sweep import curve_points
+from feedbench.scan.sweep import curve_points, in_curve, repeat_rates
 
 
 def scan_document(result: ScanResult, source: str) -> Document:
@@ -73,56 +73,101 @@ def answer(result: ScanResult) -> list[str]:
     return lines
 
 
-def _read_p99_s(ms: list[Measurement]) -> float | None:
-    p99 = [s.latency.p99_s for m in ms for s in m.stages if s.name == "read" and s.latency]
-    return statistics.fmean(p99) if p99 else None
+def _read_p99_ms(m: Measurement) -> float | None:
+    """One repeat's read stage 99th-percentile latency per sample, in ms."""
+    p99 = [s.latency.p99_s for s in m.stages if s.name == "read" and s.latency]
+    return p99[0] * 1e3 if p99 else None
 
 
-def _fed(ms: list[Measurement], target: float | None) -> float | None:
-    values = [fed(m.consumers, m.au_mean, target) for m in ms if m.au_mean is not None]
-    return statistics.fmean(values) if values and target else None
+def _fed(m: Measurement, target: float | None) -> float | None:
+    return fed(m.consumers, m.au_mean, target) if m.au_mean is not None and target else None
 
 
-def summary_rows(result: ScanResult) -> list[Row]:
-    """One row per consumer count and pass: the curve point's numbers, with the read stage's
-    p99 latency and the accelerators fed, both the mean over that point's repeats."""
-    target = result.sizing.target_au if result.sizing else result.config.get("target_au")
-    rows = []
+def _mean(values: list[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return statistics.fmean(kept) if kept else None
+
+
+def _target(result: ScanResult) -> float | None:
+    return result.sizing.target_au if result.sizing else result.config.get("target_au")
+
+
+def _repeats(result: ScanResult, p: CurvePoint) -> list[Measurement]:
+    """Every repeat the file holds at the point, in order (the failed ones too)."""
+    key = (p.consumers, p.pass_name)
+    return sorted((m for m in result.measurements if (m.consumers, m.pass_name) == key),
+                  key=lambda m: m.repeat)  # fmt: skip
+
+
+def repeat_row(m: Measurement, steady: bool, target: float | None) -> Row:
+    """One repeat's own measured numbers; a repeat the mean leaves out has none, only why."""
+    row: Row = {"consumers": m.consumers, "pass": m.pass_name, "repeat": m.repeat,
+                "workers": m.workers}  # fmt: skip
+    if not in_curve(m):
+        row["left_out"] = m.failed or "partial: the scan stopped during this repeat"
+        return row
+    samples, mb, files = repeat_rates(m, steady)
+    row.update({
+        "samples_per_s": samples, "mb_per_s": mb, "files_per_s": files,
+        "read_p99_ms": _read_p99_ms(m), "au_mean": m.au_mean, "au_min": m.au_min,
+        "fed": _fed(m, target),
+    })  # fmt: skip
+    return row
+
+
+def mean_row(p: CurvePoint, repeats: list[Row]) -> Row:
+    """The curve point's numbers (mean ± std over its repeats), with the read stage's p99
+    latency and the accelerators fed: the mean of the repeat rows' own."""
+    counted = [r for r in repeats if "left_out" not in r]
+    return {
+        "consumers": p.consumers, "pass": p.pass_name, "repeat": "mean", "repeats": p.repeats,
+        "failed": p.failed, "workers": p.workers,
+        "samples_per_s": p.samples_per_s_mean, "samples_per_s_std": p.samples_per_s_std,
+        "samples_per_s_min": p.samples_per_s_min, "samples_per_s_max": p.samples_per_s_max,
+        "cv": p.cv, "mb_per_s": p.mb_per_s_mean, "files_per_s": p.files_per_s_mean,
+        "read_p99_ms": _mean([r["read_p99_ms"] for r in counted]),
+        "au_mean": p.au_mean, "au_min": p.au_min, "fed": _mean([r["fed"] for r in counted]),
+        "speedup": p.speedup, "efficiency": p.efficiency,
+    }  # fmt: skip
+
+
+def point_rows(result: ScanResult) -> list[tuple[Row, list[Row]]]:
+    """Per consumer count and pass: its mean row and the rows of its repeats."""
+    target = _target(result)
+    out = []
     for p in curve_points(result):
-        key = (p.consumers, p.pass_name)
-        ms = [m for m in result.measurements if (m.consumers, m.pass_name) == key and not m.failed]
-        rows.append({
-            "consumers": p.consumers, "pass": p.pass_name, "repeats": p.repeats,
-            "failed": p.failed, "workers": p.workers,
-            "samples_per_s": p.samples_per_s_mean, "samples_per_s_std": p.samples_per_s_std,
-            "samples_per_s_min": p.samples_per_s_min, "samples_per_s_max": p.samples_per_s_max,
-            "cv": p.cv, "mb_per_s": p.mb_per_s_mean, "files_per_s": p.files_per_s_mean,
-            "read_p99_ms": None if (x := _read_p99_s(ms)) is None else x * 1e3,
-            "au_mean": p.au_mean, "au_min": p.au_min, "fed": _fed(ms, target),
-            "speedup": p.speedup, "efficiency": p.efficiency,
-        })  # fmt: skip
-    return rows
+        repeats = [repeat_row(m, p.rate_basis == "steady", target) for m in _repeats(result, p)]
+        out.append((mean_row(p, repeats), repeats))
+    return out
+
+
+def csv_rows(points: list[tuple[Row, list[Row]]]) -> list[Row]:
+    """The CSV's rows: each point's repeats (1, 2, …), then its mean row (repeat "mean"); a
+    repeat that failed keeps its row, empty but for why it is left out."""
+    return [r for mean, repeats in points for r in [*repeats, mean]]
 
 
 SCAN_CSV = [
     ("consumers", "consumers"),
     ("pass", "pass"),
+    ("repeat", "repeat"),
     ("repeats", "repeats"),
     ("failed repeats", "failed"),
     ("loader workers per consumer", "workers"),
-    ("samples/s mean", "samples_per_s"),
+    ("samples/s", "samples_per_s"),
     ("samples/s std", "samples_per_s_std"),
     ("samples/s min", "samples_per_s_min"),
     ("samples/s max", "samples_per_s_max"),
     ("CV (std/mean)", "cv"),
-    ("MB/s mean (1 MB = 10^6 B)", "mb_per_s"),
-    ("files/s mean", "files_per_s"),
+    ("MB/s (1 MB = 10^6 B)", "mb_per_s"),
+    ("files/s", "files_per_s"),
     ("read p99 latency (ms)", "read_p99_ms"),
     ("AU mean (0-1)", "au_mean"),
     ("AU worst consumer (0-1)", "au_min"),
     ("accelerators fed at target AU", "fed"),
     ("speedup vs 1 consumer (x)", "speedup"),
     ("efficiency (0-1)", "efficiency"),
+    ("left out of the mean (why)", "left_out"),
 ]
 
 
@@ -132,6 +177,7 @@ def _mean_std(r: Row) -> str:
 
 
 def summary_table(result: ScanResult) -> Table:
+    points = point_rows(result)
     basis = result.curve[0].rate_basis if result.curve else "steady"
     when = "after the warm-up batches" if basis == "steady" else "over the whole pass"
     columns = [
@@ -152,9 +198,10 @@ def summary_table(result: ScanResult) -> Table:
     ]
     return Table(
         title="One row per consumer count and pass",
-        rows=summary_rows(result),
+        rows=[mean for mean, _ in points],  # the page: one row per point
         columns=columns,
         csv=SCAN_CSV,
+        csv_rows=csv_rows(points),
         note=f"Rates summed over all consumers, {when}; mean ± standard deviation over the "
         "repeats. Read p99: the read stage's 99th-percentile latency per sample. Accelerators "
         "fed: N × AU ÷ target AU, at most N.",

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
-from feedbench.report.sut import machine_text
+from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 
 
@@ -18,11 +18,7 @@ def render_scan(result: ScanResult, console: Console) -> None:
         f"[bold]{ds.path}[/]  {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}, {samples}"
     )
     cfg = result.config
-    console.print(
-        f"stages {','.join(cfg['stages'])}; batch {cfg['batch_size']}; "
-        f"host {result.host.hostname}: {result.host.cpu_count} cores"
-        + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
-    )
+    console.print(f"stages {','.join(cfg['stages'])}; batch {cfg['batch_size']}")
     for line in system_lines(result):
         console.print(line, markup=False)
     if cfg.get("loader"):
@@ -52,8 +48,9 @@ def render_scan(result: ScanResult, console: Console) -> None:
         console.print(f"  [yellow]skipped[/] {e.key} ({e.stage}): {e.message}")
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    if result.partial:
-        console.print("[red]partial results: the scan was interrupted or failed[/]")
+    partial = partial_flag(result)
+    if partial:
+        console.print(f"[red]{escape(partial)}[/]")
 
 
 def _loader_line(cfg: dict) -> str:
@@ -234,32 +231,12 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
 
 
 def system_lines(result: ScanResult) -> list[str]:
-    """The system under test as the client saw it: where the bytes came from, the client
-    machine, the user's own description, and any slowdown the run added on purpose."""
-    lines = []
-    z, h, cfg = result.system, result.host, result.config
-    if z is not None and z.kind == "url":
-        creds = "with credentials" if z.credentials else "anonymous"
-        lines.append(f"storage: {z.scheme}:// at {z.endpoint} ({creds})")
-    elif z is not None:
-        where = f"{z.fstype} from {z.source}" + (f" on {z.mount_point}" if z.mount_point else "")
-        lines.append(f"storage: {where}" + (f" ({z.mount_options})" if z.mount_options else ""))
-        b = z.block_device
-        if b is not None:
-            kind = {True: "rotational", False: "solid state", None: "kind unknown"}[b.rotational]
-            lines.append(f"  device {b.name}: {b.model or 'model unknown'}, {kind}, "
-                         f"read-ahead {b.read_ahead_kb} KiB")  # fmt: skip
-    ram = f"{h.memory_bytes / 2**30:,.0f} GiB RAM"
-    lines.append(f"client: {h.cpu_model or 'CPU unknown'}, {h.cpu_count} cores, {ram}"
-                 + (f"; {'; '.join(h.nics)}" if h.nics else ""))  # fmt: skip
-    if len(result.hosts) > 1 or (result.hosts and result.hosts[0].host.hostname != h.hostname):
-        lines.append(f"clients: {len(result.hosts)} machines")
-        lines += [f"  {machine_text(m)}" for m in result.hosts]
-    if cfg.get("describe"):
-        lines.append(f"described as: {cfg['describe']}")
-    if cfg.get("read_latency_s"):
-        lines.append(f"slowed on purpose: {cfg['read_latency_s'] * 1e3:g} ms added to every read")
-    return lines
+    """The system under test, the facts the report shows (:mod:`feedbench.report.sut`), one
+    line per group of them; then any slowdown the run added on purpose."""
+    lines = [" · ".join(f"{what}: {value}" for what, value in g.facts)
+             for g in fact_groups(result) if g.console]  # fmt: skip
+    slowed = slowed_flag(result)
+    return [*lines, slowed] if slowed else lines
 
 
 def _unequal(m: Measurement, n: int | None) -> bool:

@@ -1,56 +1,93 @@
-"""The system under test as a reader of a report wants it: (what, value) pairs from a scan's
-results (storage, mount, block device, endpoint, client host, the user's description), and the
-flags that make a run's numbers not the system's own (slowed on purpose, partial)."""
+"""The system under test as a reader wants it: (what, value) pairs from a results file
+(storage, mount, block device, endpoint, client host, the user's description), and the flags
+that make a run's numbers not the system's own (slowed on purpose, partial). The one source of
+these facts: the pages (HTML, Markdown) list them, the console prints them a group a line."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from feedbench.core.envelope import Envelope
 from feedbench.core.system import client_cache_caveat
 from feedbench.report.doc import dash
 from feedbench.report.fmt import fmt_bytes
 
+Facts = list[tuple[str, str]]
 
-def system_facts(result: Envelope) -> tuple[list[tuple[str, str]], list[str]]:
-    """What the client saw of the system under test, as (what, value) pairs; and the flags:
-    what makes this run's numbers not the system's own (slowed on purpose, partial)."""
-    facts: list[tuple[str, str]] = []
+
+@dataclass(frozen=True)
+class FactGroup:
+    """Facts that belong together (the storage, its block device, the client): one line of the
+    console, rows of a report's table. ``console``: False where the console says it elsewhere."""
+
+    facts: Facts
+    console: bool = True
+
+
+def fact_groups(result: Envelope) -> list[FactGroup]:
+    """The one description of the system under test, for the report and the console alike:
+    the user's description, the storage (a filesystem and its block device, or an endpoint),
+    the client machine and, for a scan across machines, each machine."""
     z, h, cfg = result.system, result.host, result.config
-    if cfg.get("describe"):
-        facts.append(("described as", cfg["describe"]))
-    if z is not None and z.kind == "url":
+    groups = [FactGroup([("described as", cfg["describe"])])] if cfg.get("describe") else []
+    if z is not None:
+        groups += _storage(z)
+    if h is not None:
+        groups += [
+            FactGroup([("client host", f"{h.hostname} ({h.platform})"), ("CPU", cpu_text(h)),
+                       ("RAM", ram_text(h)), ("NICs", "; ".join(h.nics) or "none up"),
+                       ("GPUs", ", ".join(h.cuda_devices) or "none")]),
+            FactGroup([("software", f"feedbench {result.tool_version}, Python {h.python}, "
+                                    f"torch {h.torch}")]),
+        ]  # fmt: skip
+    machines = getattr(result, "hosts", None) or []  # a scan across machines
+    groups += [FactGroup([(f"machine {i + 1}", machine_text(m))]) for i, m in enumerate(machines)]
+    return groups
+
+
+def _storage(z) -> list[FactGroup]:
+    """Where the bytes came from: an endpoint, or a filesystem (and its block device); whether
+    over a network; why a cold pass may not be cold (the console has it among the warnings)."""
+    network = ("over a network", "yes" if z.network else "no (local)")
+    if z.kind == "url":
         store = "S3-compatible object store" if z.scheme == "s3" else f"{z.scheme} server"
-        facts += [("storage", store), ("endpoint", z.endpoint or "—"),
-                  ("credentials", "used" if z.credentials else "none (anonymous)")]  # fmt: skip
-    elif z is not None:
+        groups = [FactGroup([("storage", store), ("endpoint", z.endpoint or "—"),
+                             ("credentials", "used" if z.credentials else "none (anonymous)"),
+                             network])]  # fmt: skip
+    else:
         where = "network or FUSE" if z.network else "local"
-        facts += [("storage", f"{where} filesystem"),
-                  ("filesystem", z.fstype or "unknown"), ("mount source", z.source or "—"),
-                  ("mount point", z.mount_point or "—"),
-                  ("mount options", z.mount_options or "—")]  # fmt: skip
+        groups = [FactGroup([("storage", f"{where} filesystem"),
+                             ("filesystem", z.fstype or "unknown"),
+                             ("mount source", z.source or "—"),
+                             ("mount point", z.mount_point or "—"),
+                             ("mount options", z.mount_options or "—"), network])]  # fmt: skip
         b = z.block_device
         if b is not None:
             kind = {True: "rotational", False: "solid state", None: "kind unknown"}[b.rotational]
             size = f", {fmt_bytes(b.size_bytes)}" if b.size_bytes else ""
-            facts += [("block device", f"{b.name}: {b.model or 'model unknown'}, {kind}{size}, "
-                                       f"scheduler {b.scheduler or 'unknown'}"),
-                      ("read-ahead", dash(b.read_ahead_kb, lambda x: f"{x:,} KiB"))]  # fmt: skip
-    if z is not None:
-        facts.append(("over a network", "yes" if z.network else "no (local)"))
-        caveat = client_cache_caveat(z)
-        if caveat:
-            facts.append(("cache caveat", caveat))
-    if h is not None:
-        facts += [
-            ("client host", f"{h.hostname} ({h.platform})"),
-            ("CPU", f"{h.cpu_model or 'model unknown'}, {h.cpu_count} cores"),
-            ("RAM", f"{h.memory_bytes / 2**30:,.1f} GiB"),
-            ("NICs", "; ".join(h.nics) or "none up"),
-            ("GPUs", ", ".join(h.cuda_devices) or "none"),
-            ("software", f"feedbench {result.tool_version}, Python {h.python}, torch {h.torch}"),
-        ]
-    for i, m in enumerate(getattr(result, "hosts", None) or []):  # a scan across machines
-        facts.append((f"machine {i + 1}", machine_text(m)))
-    return facts, flags(result)
+            groups.append(FactGroup([
+                ("block device", f"{b.name}: {b.model or 'model unknown'}, {kind}{size}, "
+                                 f"scheduler {b.scheduler or 'unknown'}"),
+                ("read-ahead", dash(b.read_ahead_kb, lambda x: f"{x:,} KiB")),
+            ]))  # fmt: skip
+    caveat = client_cache_caveat(z)
+    if caveat:
+        groups.append(FactGroup([("cache caveat", caveat)], console=False))
+    return groups
+
+
+def system_facts(result: Envelope) -> tuple[Facts, list[str]]:
+    """What the client saw of the system under test, as (what, value) pairs; and the flags:
+    what makes this run's numbers not the system's own (slowed on purpose, partial)."""
+    return [f for g in fact_groups(result) for f in g.facts], flags(result)
+
+
+def cpu_text(h) -> str:
+    return f"{h.cpu_model or 'model unknown'}, {h.cpu_count} cores"
+
+
+def ram_text(h) -> str:
+    return f"{h.memory_bytes / 2**30:,.1f} GiB"
 
 
 def machine_text(m) -> str:
@@ -58,8 +95,7 @@ def machine_text(m) -> str:
     h, ranks = m.host, m.ranks
     span = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_ranges(ranks)}"
     nics = f"; {'; '.join(h.nics)}" if h.nics else ""
-    return (f"{h.hostname} ({span}): {h.cpu_model or 'CPU unknown'}, {h.cpu_count} cores, "
-            f"{h.memory_bytes / 2**30:,.0f} GiB RAM{nics}")  # fmt: skip
+    return f"{h.hostname} ({span}): CPU {cpu_text(h)}, {ram_text(h)} RAM{nics}"
 
 
 def _ranges(ns: list[int]) -> str:
@@ -73,13 +109,21 @@ def _ranges(ns: list[int]) -> str:
 
 
 def flags(result: Envelope) -> list[str]:
-    cfg = result.config
-    out = []
-    if cfg.get("read_latency_s"):
-        out.append(f"Slowed on purpose: {cfg['read_latency_s'] * 1e3:g} ms added to every file "
-                   "read (--read-latency). These numbers are not the storage's own.")  # fmt: skip
+    return [f for f in (slowed_flag(result), partial_flag(result)) if f]
+
+
+def slowed_flag(result: Envelope) -> str | None:
+    added_s = result.config.get("read_latency_s")
+    if not added_s:
+        return None
+    return (f"Slowed on purpose: {added_s * 1e3:g} ms added to every file read (--read-latency). "
+            "These numbers are not the storage's own.")  # fmt: skip
+
+
+def partial_flag(result: Envelope) -> str | None:
     failure = getattr(result, "failure", None)  # a scan's; other kinds only say partial
-    if result.partial or failure:
-        out.append("Partial results: the run was interrupted or failed"
-                   + (f" ({failure})." if failure else "."))  # fmt: skip
-    return out
+    if not (result.partial or failure):
+        return None
+    return "Partial results: the run was interrupted or failed" + (
+        f" ({failure})." if failure else "."
+    )

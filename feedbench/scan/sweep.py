@@ -19,7 +19,7 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
     for m in measurements:
         if m.failed:
             failed[(m.pass_name, m.consumers)] = failed.get((m.pass_name, m.consumers), 0) + 1
-        elif not m.partial:
+        elif in_curve(m):
             groups.setdefault((m.pass_name, m.consumers), []).append(m)
     points: list[CurvePoint] = []
     # warm-up apart: the steady rate where every measurement has one, else whole-pass rates;
@@ -27,7 +27,7 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
     # keep their whole-pass MB/s)
     steady = all(m.steady_samples_per_s is not None for ms in groups.values() for m in ms)
     for (pass_name, n), ms in sorted(groups.items(), key=lambda kv: (kv[0][0] != "cold", kv[0])):
-        rates = spread([m.steady_samples_per_s if steady else m.samples_per_s for m in ms])
+        rates = spread([repeat_rates(m, steady)[0] for m in ms])
         aus = [m.au_mean for m in ms if m.au_mean is not None]
         mins = [m.au_min for m in ms if m.au_min is not None]
         points.append(
@@ -40,10 +40,8 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
                 samples_per_s_min=rates["min"],
                 samples_per_s_max=rates["max"],
                 cv=rates["cv"],
-                mb_per_s_mean=_mean([_in(steady, m.steady_mb_per_s, m.mb_per_s) for m in ms]),
-                files_per_s_mean=_mean(
-                    [_in(steady, m.steady_files_per_s, m.files_per_s) for m in ms]
-                ),
+                mb_per_s_mean=_mean([repeat_rates(m, steady)[1] for m in ms]),
+                files_per_s_mean=_mean([repeat_rates(m, steady)[2] for m in ms]),
                 efficiency=None,
                 au_mean=float(np.mean(aus)) if aus else None,
                 au_min=float(min(mins)) if mins else None,
@@ -56,12 +54,30 @@ def curve(measurements: Sequence[Measurement]) -> list[CurvePoint]:
     return points
 
 
+def in_curve(m: Measurement) -> bool:
+    """Whether a repeat counts in its point's mean ± std: it completed and has a rate."""
+    return not m.failed and not m.partial
+
+
+def repeat_rates(m: Measurement, steady: bool) -> tuple[float | None, float, float]:
+    """One repeat's (samples/s, MB/s, files/s) as its curve point counts them: over the steady
+    window (after the warm-up batches) when ``steady``, else over the whole pass. The one
+    definition for the curve's means and the report's per-repeat rows."""
+    if not steady:
+        return m.samples_per_s, m.mb_per_s, m.files_per_s
+    return (
+        m.steady_samples_per_s,
+        _in(m.steady_mb_per_s, m.mb_per_s),
+        _in(m.steady_files_per_s, m.files_per_s),
+    )
+
+
 def _mean(values: list) -> float:
     return float(np.mean(values))
 
 
-def _in(steady: bool, windowed: float | None, whole: float) -> float:
-    return windowed if steady and windowed is not None else whole
+def _in(windowed: float | None, whole: float) -> float:
+    return windowed if windowed is not None else whole
 
 
 def scaling(points: list[CurvePoint]) -> None:

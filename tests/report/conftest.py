@@ -32,6 +32,19 @@ def scans(tmp_path_factory, dataset):
 
 
 @pytest.fixture(scope="package")
+def stepped_scan(tmp_path_factory, dataset):
+    """A real scan with an emulated accelerator step (so each repeat has its AU), the read
+    stage alone (fast): 1 and 2 consumers, 2 repeats each."""
+    out = tmp_path_factory.mktemp("step") / "step.json"
+    cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--consumers",
+           "1,2", "--repeat", "2", "--stages", "read", "--batch-size", "4", "--step-time", "0.01",
+           "--no-plots", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+@pytest.fixture(scope="package")
 def scan_json(scans):
     return scans["local"]
 

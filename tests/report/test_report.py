@@ -14,6 +14,8 @@ import pytest
 
 from feedbench.report.doc_scan import SCAN_CSV
 from feedbench.report.fmt import fmt_rate
+from feedbench.report.sut import fact_groups, slowed_flag
+from feedbench.scan.results import load
 from tests.report.pages import flat, md_table, read_csv, read_page
 
 SECTIONS = ["answer", "summary", "charts", "system", "details", "method", "command"]
@@ -76,6 +78,13 @@ def test_a_scan_as_a_page_markdown_and_csv_from_its_results(cli, scans, tmp_path
                  f"mount options {doc['system']['mount_options']}", "Slowed on purpose",
                  f"{doc['host']['cpu_count']} cores"):  # fmt: skip
         assert fact in system, fact
+    # one description of the system under test (report.sut): the page shows every fact, the
+    # terminal every fact it does not say elsewhere (the cache caveat is among its warnings)
+    groups = fact_groups(load(scans["slow"]))
+    assert all(flat(f"{what} {value}") in system for g in groups for what, value in g.facts)
+    on_console = [f for g in groups if g.console for f in g.facts]
+    assert on_console and all(flat(f"{w}: {v}") in flat(out) for w, v in on_console)
+    assert flat(slowed_flag(load(scans["slow"]))) in flat(out)
     assert flat(page.text_of["command"]).startswith(f"Command {flat(shlex.join(doc['command']))}")
     _check_markdown(md, doc)
     _check_csv(csv_text, doc)
@@ -93,13 +102,15 @@ def _check_markdown(md: str, doc: dict) -> None:
 
 def _check_csv(text: str, doc: dict) -> None:
     header, rows = read_csv(text)
-    assert header == [h for h, _ in SCAN_CSV] and len(rows) == len(doc["curve"])
-    for row, p in zip(rows, doc["curve"], strict=True):
+    means = [r for r in rows if r["repeat"] == "mean"]  # every repeat's row: tests/report/test_csv
+    assert header == [h for h, _ in SCAN_CSV] and len(means) == len(doc["curve"])
+    assert len(rows) == len(means) + len(doc["measurements"])
+    for row, p in zip(means, doc["curve"], strict=True):
         assert int(row["consumers"]) == p["consumers"] and row["pass"] == p["pass_name"]
-        assert float(row["samples/s mean"]) == p["samples_per_s_mean"]  # as the file holds it
+        assert float(row["samples/s"]) == p["samples_per_s_mean"]  # as the file holds it
         assert float(row["samples/s std"]) == p["samples_per_s_std"]
-        assert float(row["MB/s mean (1 MB = 10^6 B)"]) == p["mb_per_s_mean"]
-        assert float(row["files/s mean"]) == p["files_per_s_mean"]
+        assert float(row["MB/s (1 MB = 10^6 B)"]) == p["mb_per_s_mean"]
+        assert float(row["files/s"]) == p["files_per_s_mean"]
         assert int(row["repeats"]) == p["repeats"]
         p99 = [s["latency"]["p99_s"] * 1e3 for m in doc["measurements"]
                if m["consumers"] == p["consumers"] for s in m["stages"]
@@ -114,7 +125,6 @@ def test_the_answer_is_the_accelerators_fed_and_whether_it_may_size(scan_json):
     page renders whatever the file holds)."""
     from feedbench.report.doc_scan import scan_document
     from feedbench.report.html import page
-    from feedbench.scan.results import load
 
     result = load(scan_json)
     result.accelerator = {"kind": "profile", "name": "resnet50-h200", "samples_per_s": 4700.0,
