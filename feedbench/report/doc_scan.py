@@ -9,10 +9,10 @@ from pathlib import Path
 
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import system_facts
 from feedbench.scan.results import Measurement, ScanResult
-from feedbench.scan.sizing import fed
+from feedbench.scan.sizing import fed_at, rate_disagrees
 from feedbench.scan.sweep import curve_points
 
 
@@ -55,10 +55,12 @@ def answer(result: ScanResult) -> list[str]:
     lines = []
     z = result.sizing
     if z is not None and z.accelerators_fed is not None and result.accelerator:
+        bound = f"; {rate_bound_text(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)}"
         lines.append(
             f"Feeds {fed_text(z.accelerators_fed, z.accelerators_fed_std)} "
             f"{accelerator_name(result.accelerator)} at AU ≥ {z.target_au:.0%} "
-            f"(best at {_plural(z.at_consumers or 0, 'consumer')})."
+            f"(best at {_plural(z.at_consumers or 0, 'consumer')}"
+            f"{bound if rate_disagrees(z) else ''})."
         )
     elif result.accelerator is None and result.curve:
         best = max(result.curve, key=lambda p: p.samples_per_s_mean)
@@ -78,9 +80,14 @@ def _read_p99_s(ms: list[Measurement]) -> float | None:
     return statistics.fmean(p99) if p99 else None
 
 
-def _fed(ms: list[Measurement], target: float | None) -> float | None:
-    values = [fed(m.consumers, m.au_mean, target) for m in ms if m.au_mean is not None]
-    return statistics.fmean(values) if values and target else None
+def _fed(ms: list[Measurement], target: float | None, acc: dict | None) -> float | None:
+    """The point's accelerators fed as the sizing counts them: its AU's figure, never more
+    than its samples/s feed (:func:`~feedbench.scan.sizing.fed_at`)."""
+    if not target or not acc:
+        return None
+    appetite = float(acc["samples_per_s"])
+    values = [fed_at(m, appetite, target).value for m in ms if m.au_mean is not None]
+    return statistics.fmean(values) if values else None
 
 
 def summary_rows(result: ScanResult) -> list[Row]:
@@ -98,7 +105,7 @@ def summary_rows(result: ScanResult) -> list[Row]:
             "samples_per_s_min": p.samples_per_s_min, "samples_per_s_max": p.samples_per_s_max,
             "cv": p.cv, "mb_per_s": p.mb_per_s_mean, "files_per_s": p.files_per_s_mean,
             "read_p99_ms": None if (x := _read_p99_s(ms)) is None else x * 1e3,
-            "au_mean": p.au_mean, "au_min": p.au_min, "fed": _fed(ms, target),
+            "au_mean": p.au_mean, "au_min": p.au_min, "fed": _fed(ms, target, result.accelerator),
             "speedup": p.speedup, "efficiency": p.efficiency,
         })  # fmt: skip
     return rows
