@@ -9,10 +9,10 @@ from pathlib import Path
 
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import system_facts
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult
-from feedbench.scan.sizing import fed
+from feedbench.scan.sizing import fed_at, rate_disagrees
 from feedbench.scan.sweep import curve_points, in_curve, repeat_rates
 
 
@@ -55,10 +55,12 @@ def answer(result: ScanResult) -> list[str]:
     lines = []
     z = result.sizing
     if z is not None and z.accelerators_fed is not None and result.accelerator:
+        bound = f"; {rate_bound_text(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)}"
         lines.append(
             f"Feeds {fed_text(z.accelerators_fed, z.accelerators_fed_std)} "
             f"{accelerator_name(result.accelerator)} at AU ≥ {z.target_au:.0%} "
-            f"(best at {_plural(z.at_consumers or 0, 'consumer')})."
+            f"(best at {_plural(z.at_consumers or 0, 'consumer')}"
+            f"{bound if rate_disagrees(z) else ''})."
         )
     elif result.accelerator is None and result.curve:
         best = max(result.curve, key=lambda p: p.samples_per_s_mean)
@@ -79,8 +81,12 @@ def _read_p99_ms(m: Measurement) -> float | None:
     return p99[0] * 1e3 if p99 else None
 
 
-def _fed(m: Measurement, target: float | None) -> float | None:
-    return fed(m.consumers, m.au_mean, target) if m.au_mean is not None and target else None
+def _fed(m: Measurement, target: float | None, acc: dict | None) -> float | None:
+    """One repeat's accelerators fed as the sizing counts them: its AU's figure, never more
+    than its samples/s feed (:func:`~feedbench.scan.sizing.fed_at`)."""
+    if m.au_mean is None or not target or not acc:
+        return None
+    return fed_at(m, float(acc["samples_per_s"]), target).value
 
 
 def _mean(values: list[float | None]) -> float | None:
@@ -99,7 +105,7 @@ def _repeats(result: ScanResult, p: CurvePoint) -> list[Measurement]:
                   key=lambda m: m.repeat)  # fmt: skip
 
 
-def repeat_row(m: Measurement, steady: bool, target: float | None) -> Row:
+def repeat_row(m: Measurement, steady: bool, target: float | None, acc: dict | None) -> Row:
     """One repeat's own measured numbers; a repeat the mean leaves out has none, only why."""
     row: Row = {"consumers": m.consumers, "pass": m.pass_name, "repeat": m.repeat,
                 "workers": m.workers}  # fmt: skip
@@ -110,7 +116,7 @@ def repeat_row(m: Measurement, steady: bool, target: float | None) -> Row:
     row.update({
         "samples_per_s": samples, "mb_per_s": mb, "files_per_s": files,
         "read_p99_ms": _read_p99_ms(m), "au_mean": m.au_mean, "au_min": m.au_min,
-        "fed": _fed(m, target),
+        "fed": _fed(m, target, acc),
     })  # fmt: skip
     return row
 
@@ -136,7 +142,8 @@ def point_rows(result: ScanResult) -> list[tuple[Row, list[Row]]]:
     target = _target(result)
     out = []
     for p in curve_points(result):
-        repeats = [repeat_row(m, p.rate_basis == "steady", target) for m in _repeats(result, p)]
+        steady = p.rate_basis == "steady"
+        repeats = [repeat_row(m, steady, target, result.accelerator) for m in _repeats(result, p)]
         out.append((mean_row(p, repeats), repeats))
     return out
 

@@ -47,3 +47,12 @@ def fed_text(value: float | None, std: float | None = None) -> str:
     digits = 2 if value < 1 else 1
     spread = f" ± {std:.{digits}f}" if std and std >= 0.05 else ""
     return f"{value:.{digits}f}{spread}"
+
+
+def rate_bound_text(by_au: float | None, by_rate: float | None) -> str:
+    """Why accelerators fed is under the AU's figure: the measured rate bounds it."""
+    return (
+        f"bounded by the measured samples/s; the AU alone said {fed_text(by_au)}"
+        if by_au is not None and by_rate is not None
+        else ""
+    )

@@ -6,9 +6,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
+from feedbench.scan.sizing import rate_disagrees
 
 
 def render_scan(result: ScanResult, console: Console) -> None:
@@ -218,10 +219,11 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
     if z.accelerators_fed is not None and result.accelerator:
         name = result.accelerator.get("name") or "accelerator"
         fed = fed_text(z.accelerators_fed, z.accelerators_fed_std)
+        bound = f"; {rate_bound_text(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)}"
         console.print(
             f"[bold]accelerators fed: {fed} × {name}[/] at AU ≥ "
             f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
-            f"{'s' if z.at_consumers != 1 else ''})"
+            f"{'s' if z.at_consumers != 1 else ''}{bound if rate_disagrees(z) else ''})"
         )
     if z.valid:
         ram = z.rules.get("dataset_vs_ram")

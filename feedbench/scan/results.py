@@ -153,6 +153,9 @@ class Sizing:
     broken: list[str] = field(default_factory=list)  # each rule the run breaks, in words
     accelerators_fed: float | None = None  # fractional, at the target AU (None: no step)
     accelerators_fed_std: float | None = None  # from the repeats' spread at that point
+    # what that point's AU alone and its samples/s alone give; accelerators_fed is the smaller
+    accelerators_fed_by_au: float | None = None
+    accelerators_fed_by_rate: float | None = None
     at_consumers: int | None = None  # the consumer count that gave it
     target_au: float | None = None
     rules: dict[str, float] = field(default_factory=dict)

@@ -491,16 +491,6 @@ def _finish(result: ScanResult, config: ScanConfig) -> None:
         first = result.measurements[0]
         if first.consumers == 1 and not first.partial:
             ds.samples = first.samples + first.errors
-    few = [
-        m
-        for m in result.measurements
-        if m.per_consumer and min(c.batches for c in m.per_consumer) < 5
-    ]
-    if few:
-        result.warnings.append(
-            f"{len(few)} measurement(s) had fewer than 5 batches per consumer: rates and AU are "
-            "rough; use a larger dataset or a smaller --batch-size"
-        )
     busy = disturbed(result)
     if busy:
         result.warnings.append(f"{busy}; its rates may be lower than on an idle host")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from feedbench.core.timeline import summarize
 from feedbench.scan.results import Measurement, ScanResult, Sizing
@@ -20,6 +21,12 @@ MIN_REPEATS = 3  # repeats per point, for a spread to judge by
 MAX_CV = 0.10  # std / mean of the repeats at a point
 MAX_RESIDENT = 0.01  # share of the data in the page cache when a cold pass started
 OTHER_LOAD_CORES = 0.25  # other processes' CPU, in cores, that disturbs a measurement
+# measured batches per consumer, per loader worker (at least this many with none): when the
+# window opens each worker already holds about one finished batch, so k measured batches with
+# w workers overstate AU and rate by up to k / (k - w); at 5 per worker that is at most 25%
+MIN_BATCHES_PER_WORKER = 5
+# the rate's figure this far under the AU's: said in words (closer is measurement noise)
+RATE_DISAGREES = 0.05
 
 
 def fed(consumers: int, au: float, target_au: float) -> float:
@@ -29,21 +36,95 @@ def fed(consumers: int, au: float, target_au: float) -> float:
     return min(float(consumers), consumers * au / target_au)
 
 
+def rate_fed(samples_per_s: float, appetite: float, target_au: float) -> float:
+    """Accelerators kept at ``target_au`` that a measured rate can feed: each takes
+    ``target_au`` × its appetite (2 × 400 samples/s at AU 0.9 take 720 samples/s)."""
+    return samples_per_s / (appetite * target_au)
+
+
+@dataclass
+class Fed:
+    """Accelerators fed at one measurement: by its AU, by its rate, and the figure (the smaller:
+    a measurement cannot feed more accelerators than its samples/s support)."""
+
+    by_au: float
+    by_rate: float
+    value: float
+
+
+def fed_at(m: Measurement, appetite: float, target_au: float) -> Fed:
+    rate = m.steady_samples_per_s if m.steady_samples_per_s is not None else m.samples_per_s
+    by_au = fed(m.consumers, m.au_mean or 0.0, target_au)
+    by_rate = min(float(m.consumers), rate_fed(rate, appetite, target_au))
+    return Fed(by_au, by_rate, min(by_au, by_rate))
+
+
 def accelerators_fed(
     result: ScanResult, target_au: float
-) -> tuple[float, float | None, int] | None:
+) -> tuple[float, float | None, int, Fed] | None:
     """The most accelerators any measured count of the first pass feeds, the spread of that
-    over its repeats (None with one repeat), and the count; None without an emulated step."""
+    over its repeats (None with one repeat), the count, and its AU's and rate's figures (means
+    over the repeats); None without an emulated step. Counts whose window held too few batches
+    (:func:`short_window`) are passed over while another count has enough."""
     first = result.measurements[0].pass_name if result.measurements else None
-    by_count: dict[int, list[float]] = {}
-    for m in result.measurements:
-        if m.pass_name == first and m.au_mean is not None and not m.failed:
-            by_count.setdefault(m.consumers, []).append(fed(m.consumers, m.au_mean, target_au))
-    if not result.accelerator or not by_count:
+    acc = result.accelerator
+    ms = [m for m in result.measurements
+          if m.pass_name == first and m.au_mean is not None and not m.failed]  # fmt: skip
+    if not acc or not ms:
         return None
-    n, values = max(by_count.items(), key=lambda kv: statistics.fmean(kv[1]))
+    warmup = result.config.get("warmup_batches", 1)
+    ms = [m for m in ms if short_window(m, warmup) is None] or ms
+    by_count: dict[int, list[Fed]] = {}
+    for m in ms:
+        by_count.setdefault(m.consumers, []).append(
+            fed_at(m, float(acc["samples_per_s"]), target_au)
+        )
+    n, feds = max(by_count.items(), key=lambda kv: statistics.fmean(f.value for f in kv[1]))
+    values = [f.value for f in feds]
     std = statistics.stdev(values) if len(values) > 1 else None
-    return statistics.fmean(values), std, n
+    means = Fed(*(statistics.fmean(getattr(f, k) for f in feds) for k in Fed.__annotations__))
+    return means.value, std, n, means
+
+
+def rate_disagrees(z: Sizing) -> bool:
+    """Whether the figure is the rate's, clearly under what the AU alone would have said."""
+    au, rate = z.accelerators_fed_by_au, z.accelerators_fed_by_rate
+    return au is not None and rate is not None and rate < au * (1 - RATE_DISAGREES)
+
+
+def measured_batches(m: Measurement, warmup: int) -> int | None:
+    """Batches in the measured window (after ``warmup``) of the consumer with the fewest; None
+    for a measurement without per-consumer figures."""
+    if not m.per_consumer:
+        return None
+    return max(0, min(c.batches for c in m.per_consumer) - warmup)
+
+
+def short_window(m: Measurement, warmup: int) -> tuple[int, int] | None:
+    """(measured batches, batches needed) when ``m``'s window held too few to judge its AU
+    and rate by, else None."""
+    k = measured_batches(m, warmup)
+    need = MIN_BATCHES_PER_WORKER * max(1, m.workers)
+    return (k, need) if k is not None and k < need else None
+
+
+def short_rule(result: ScanResult) -> str | None:
+    """The sizing rule on the measured window, in words, for its shortest measurement."""
+    warmup = result.config.get("warmup_batches", 1)
+    short = [(s, m) for m in result.measurements if not m.failed
+             if (s := short_window(m, warmup)) is not None]  # fmt: skip
+    if not short:
+        return None
+    (k, need), m = min(short, key=lambda sm: sm[0][0] - sm[0][1])
+    n, w = m.consumers, m.workers
+    bs = result.config.get("batch_size")
+    return (
+        f"{k} measured batch{'es' if k != 1 else ''} per consumer at {n} consumer"
+        f"{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, {m.pass_name} pass "
+        f"(needs ≥ {need}: {MIN_BATCHES_PER_WORKER} per loader worker, or the batches the "
+        "workers prefetched before the window decide AU and rate): give it more data, a "
+        f"smaller --batch-size{f' (now {bs})' if bs else ''}, fewer --consumers or --workers"
+    )
 
 
 def other_load(m: Measurement) -> float | None:
@@ -98,6 +179,9 @@ def broken_rules(result: ScanResult) -> list[str]:
     busy = disturbed(result)
     if busy:
         out.append(busy)
+    short = short_rule(result)
+    if short:
+        out.append(short)
     if result.partial or result.failure:
         out.append("the scan did not complete" + (f" ({result.failure})" if result.failure else ""))
     if any(m.failed for m in result.measurements):
@@ -108,12 +192,14 @@ def broken_rules(result: ScanResult) -> list[str]:
 def assess(result: ScanResult, target_au: float) -> Sizing:
     broken = broken_rules(result)
     fed_ = accelerators_fed(result, target_au)
-    value, std, at = fed_ if fed_ else (None, None, None)
+    value, std, at, both = fed_ if fed_ else (None, None, None, None)
     return Sizing(
         valid=not broken,
         broken=broken,
         accelerators_fed=value,
         accelerators_fed_std=std,
+        accelerators_fed_by_au=both.by_au if both else None,
+        accelerators_fed_by_rate=both.by_rate if both else None,
         at_consumers=at,
         target_au=target_au if fed_ else None,
         rules={
@@ -122,5 +208,6 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
             "max_cv": MAX_CV,
             "max_resident_before_cold": MAX_RESIDENT,
             "other_load_cores": OTHER_LOAD_CORES,
+            "min_batches_per_worker": MIN_BATCHES_PER_WORKER,
         },
     )

@@ -5,8 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from feedbench.core.timeline import summarize
-from feedbench.scan.results import CurvePoint, Measurement, ScanResult, StageStats, Verdict
-from feedbench.scan.sizing import OTHER_LOAD_CORES
+from feedbench.scan.results import (
+    NOT_VALID,
+    CurvePoint,
+    Measurement,
+    ScanResult,
+    StageStats,
+    Verdict,
+)
+from feedbench.scan.sizing import OTHER_LOAD_CORES, short_window
 
 RESOURCE = {
     "read": "storage",
@@ -59,13 +66,19 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     if top is None:
         return None
     case = _case(result, top, target_au)
-    verdict = _step_verdict(case, target_au) if case.appetite else None
-    if verdict is not None:
-        return verdict
-    backend = result.config.get("loader")
-    if backend:
-        return _loader_verdict(case, backend)
-    return _stage_verdict(case)
+    short = short_window(top, result.config.get("warmup_batches", 1))
+    # AU over a window of prefetched batches says nothing of the data: no step verdict from it
+    verdict = _step_verdict(case, target_au) if case.appetite and not short else None
+    if verdict is None:
+        backend = result.config.get("loader")
+        verdict = _loader_verdict(case, backend) if backend else _stage_verdict(case)
+    if short and case.appetite:
+        k, need = short
+        verdict.text += (
+            f" (AU not judged: {k} measured batch{'es' if k != 1 else ''} per consumer, "
+            f"needs ≥ {need}; {NOT_VALID})"
+        )
+    return verdict
 
 
 def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
@@ -273,9 +286,16 @@ def _supported(result: ScanResult, target_au: float) -> int | None:
     if fm:
         return int(fm["supported_consumers"])
     first = result.measurements[0].pass_name if result.measurements else None
+    warmup = result.config.get("warmup_batches", 1)
+    judged = {m.consumers for m in result.measurements
+              if m.pass_name == first and short_window(m, warmup) is None}  # fmt: skip
     ok = [
         c.consumers
         for c in result.curve
-        if c.pass_name == first and c.au_mean is not None and c.au_mean >= target_au
+        if c.pass_name == first
+        and c.au_mean is not None
+        and c.au_mean >= target_au
+        and c.consumers in judged
     ]
-    return max(ok) if ok else 0
+    # no count measured long enough to judge its AU: no supported count to show
+    return max(ok) if ok else (0 if judged else None)

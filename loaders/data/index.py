@@ -199,6 +199,10 @@ def _index_shards(layout: Layout) -> SampleIndex:
     skipped: list[Skipped] = list(layout.skipped)
     for s, (path, listed) in enumerate(zip(layout.files, _list_shards(layout), strict=True)):
         if isinstance(listed, OSError):
+            # a store that cannot be reached says nothing of the shard: stop with its reason
+            unreachable = remote.transport_error(path, listed)
+            if unreachable is not None:
+                raise unreachable from None
             why = remote.reason(listed)
             skipped.append(Skipped(remote.redact_url(path), f"not a readable tar file ({why})"))
             continue

@@ -15,9 +15,11 @@ http`` or ``python -m http.server`` give) unless the shards are named by a brace
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import posixpath
 import re
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -160,8 +162,51 @@ def one_line(e: BaseException) -> str:
 
 
 def reason(e: OSError) -> str:
-    """Why a read failed, to show: the OS's reason, else the error's text, as :func:`one_line`."""
-    return redact_text(e.strerror) if e.strerror else one_line(e)
+    """Why a read failed, to show: the transport's reason (:func:`transport_reason`), else the
+    OS's, else the error's text, as :func:`one_line`."""
+    return transport_reason(e) or (redact_text(e.strerror) if e.strerror else one_line(e))
+
+
+# the connection never carried a request: what the OS said is the whole story
+_CONNECTION_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.EHOSTUNREACH,
+                      errno.ENETUNREACH, errno.ECONNABORTED, errno.ETIMEDOUT}  # fmt: skip
+
+
+def transport_reason(e: BaseException) -> str | None:
+    """Why a request got no usable answer, in a few words: the connection (``connection
+    refused``), the host's name, a timeout, or an HTTP error status; None for anything else (a
+    missing object, bad bytes). fsspec wraps some of these (a failed HEAD becomes
+    FileNotFoundError, botocore's an OSError), so the causes are searched too."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        seen.add(id(x))
+        why = _transport_reason_of(x)
+        if why:
+            return why
+        x = x.__cause__ or x.__context__
+    return None
+
+
+def _transport_reason_of(x: BaseException) -> str | None:
+    status = getattr(x, "status", None)
+    if isinstance(status, int) and hasattr(x, "request_info"):  # aiohttp.ClientResponseError
+        # 404 is an answer ("not there"), which callers already say as such
+        return None if status == 404 else f"HTTP {status} {getattr(x, 'message', '')}".rstrip()
+    if isinstance(x, socket.gaierror):
+        return f"cannot resolve the host name ({x.strerror})"
+    if isinstance(x, OSError) and x.errno in _CONNECTION_ERRNOS:
+        return os.strerror(x.errno).lower()
+    if isinstance(x, TimeoutError) or "timeout" in type(x).__name__.lower():
+        return f"timed out ({type(x).__name__})"
+    return None
+
+
+def transport_error(url: str, e: BaseException) -> LoaderError | None:
+    """``url: connection refused`` (:func:`transport_reason`) as the one line to raise; None
+    when ``e`` is no transport error."""
+    why = transport_reason(e)
+    return LoaderError(f"{redact_url(url)}: {why}") if why else None
 
 
 def as_oserror(e: Exception) -> OSError:
@@ -307,7 +352,11 @@ def sizes(urls: list[str]) -> list[int]:
     def size(u: str) -> int:
         try:
             return int(fs.size(u) or 0)
-        except Exception:  # noqa: BLE001 - a size is a hint; the read says what is wrong
+        except Exception as e:  # noqa: BLE001 - a size is a hint; the read says what is wrong
+            # unless the store could not be reached: then nothing can be read, and that is why
+            unreachable = transport_error(u, e)
+            if unreachable is not None:
+                raise unreachable from None
             return 0
 
     with ThreadPoolExecutor(max_workers=16) as pool:
@@ -315,6 +364,9 @@ def sizes(urls: list[str]) -> list[int]:
 
 
 def _listing_error(url: str, e: Exception) -> LoaderError:
+    unreachable = transport_error(url, e)
+    if unreachable is not None:
+        return unreachable
     shown = redact_url(url)
     if isinstance(e, FileNotFoundError):
         return LoaderError(f"no such file or directory: {shown}")

@@ -27,6 +27,38 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def closed_port() -> int:
+    """A loopback port that nothing listens on (bound for a free number, then closed): a dead
+    endpoint, which refuses every connection."""
+    return _free_port()
+
+
+@contextlib.contextmanager
+def failing_http(status: int, message: str):
+    """A real loopback web server that answers every request with ``status`` (yields its root
+    URL): a store that is up but refuses to serve."""
+    import http.server
+    import threading
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_error(status, message)
+
+        do_HEAD = do_GET
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.scan.conftest import closed_port, failing_http
+
 pytestmark = pytest.mark.net
 
 
@@ -62,7 +64,6 @@ def test_labels_come_from_the_folders_under_the_url(s3_env):
     [
         (["s3://data/nothing"], r"no such file or directory(, or nothing in it)?: s3://data/nothing"),
         (["HTTP/nothing/"], r"no such file or directory: http://127\.0\.0\.1:\d+/data/nothing/"),
-        (["http://127.0.0.1:1/x"], r"cannot list http://127\.0\.0\.1:1/x: .*onnect"),
         (["gs://bucket/images"], r"unsupported URL scheme gs://"),
         (["s3://data/images", "--direct"], r"--direct controls this machine's page cache; "
                                            r"s3://data/images is read over the network"),
@@ -140,3 +141,31 @@ def test_a_vanished_shard_is_one_error_not_a_crash(s3_env):
     # record that names what the store said
     assert got[0].data is None and "shard" in got[0].error and "\n" not in got[0].error
     assert len(got) == 1 + 6 and all(s.error is None and s.data for s in got[1:])
+
+
+def _one_error_line(r) -> str:
+    assert r.code == 2, r.out + r.err
+    lines = [line for line in r.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in r.err + r.out, r.err
+    return lines[0]
+
+
+# a folder (its index page), one shard, and a brace list (no listing: its first shard's HEAD)
+DEAD = [("/data/", "/data/"), ("/x.tar", "/x.tar"), ("/x-{000..003}.tar", "/x-000.tar")]
+
+
+@pytest.mark.parametrize(("path", "named"), DEAD)
+def test_a_dead_endpoint_is_one_line_naming_the_url_and_the_refusal(cli, tmp_path, path, named):
+    root = f"http://127.0.0.1:{closed_port()}"
+    out = tmp_path / "r.json"
+    r = cli("scan", root + path, "--no-plots", "--json", str(out))
+    assert _one_error_line(r) == f"error: {root}{named}: connection refused"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("path", "named"), DEAD)
+def test_an_http_error_status_is_one_line_naming_the_url_and_the_status(cli, tmp_path, path,
+                                                                        named):  # fmt: skip
+    with failing_http(503, "Slow Down") as root:
+        r = cli("scan", root + path, "--no-plots", "--json", str(tmp_path / "r.json"))
+    assert _one_error_line(r) == f"error: {root}{named}: HTTP 503 Slow Down"

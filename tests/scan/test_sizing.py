@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
 from feedbench.core.envelope import DatasetInfo, envelope
 from feedbench.scan.results import CacheState, Measurement, ScanResult
-from feedbench.scan.sizing import MAX_CV, assess, fed
+from feedbench.scan.sizing import MAX_CV, MIN_BATCHES_PER_WORKER, assess, fed, rate_fed
 from feedbench.scan.sweep import curve
 
 GB = 10**9
@@ -98,3 +99,81 @@ def test_other_processes_busy_during_a_measurement_make_it_not_valid():
     ]
     ms[1].monitor.samples = [sample(0.5, 1.9), sample(1, 2.0)]  # the scan's own: no rule broken
     assert assess(_result(ms), 0.9).valid
+
+
+def test_accelerators_fed_never_exceeds_what_the_rate_feeds_and_says_so():
+    from feedbench.report.doc_scan import answer
+
+    # AU 0.97 at 4 consumers would say 4 fed; 100 samples/s feed 100 / (0.9 × 100) of them
+    ms = _repeats(4, [100, 100, 100], 0.97)
+    result = _result(ms)
+    z = assess(result, 0.9)
+    assert z.accelerators_fed_by_au == 4.0
+    assert (
+        z.accelerators_fed == z.accelerators_fed_by_rate == pytest.approx(rate_fed(100, 100, 0.9))
+    )
+    result.sizing = z
+    assert "bounded by the measured samples/s; the AU alone said 4.0" in answer(result)[0]
+
+
+def test_a_rate_that_agrees_with_the_au_is_not_called_a_bound():
+    from feedbench.report.doc_scan import answer
+
+    ms = _repeats(4, [300, 303, 297], 0.72)  # 300 samples/s = 4 × 0.75 × 100: AU's figure lower
+    result = _result(ms)
+    result.sizing = assess(result, 0.9)
+    assert result.sizing.accelerators_fed == pytest.approx(4 * 0.72 / 0.9)
+    assert "bounded" not in answer(result)[0]
+
+
+# --- real scans: too few measured batches per consumer break a rule ----------------------------
+
+
+def _scan(dataset, batch_size):
+    from feedbench.scan.config import ScanConfig
+    from feedbench.scan.run import scan
+
+    config = ScanConfig(str(dataset / "images"), stages=("read",), batch_size=batch_size,
+                        workers=1, profile="resnet50-h200")  # fmt: skip
+    return config, scan(config)
+
+
+def test_a_window_of_too_few_batches_is_not_valid_and_names_them(cli, dataset, tmp_path):
+    from feedbench.scan import results
+
+    images = sum(1 for p in (dataset / "images").rglob("*.jpg"))
+    batch = 8
+    measured = math.ceil(images / batch) - 1  # one warm-up batch
+    need = MIN_BATCHES_PER_WORKER  # one worker
+    assert measured < need  # the data this test is built on
+    out = tmp_path / "r.json"
+    r = cli("scan", str(dataset / "images"), "--stages", "read", "-b", str(batch), "--workers",
+            "1", "--profile", "resnet50-h200", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 0, r.err
+    rule = (f"{measured} measured batches per consumer at 1 consumer × 1 worker, cold pass "
+            f"(needs ≥ {need}")  # fmt: skip
+    z = results.load(out).sizing
+    assert not z.valid and any(b.startswith(rule) for b in z.broken), z.broken
+    assert f"smaller --batch-size (now {batch})" in next(b for b in z.broken if rule in b)
+    flat = " ".join(r.out.split())
+    assert rule in flat and "not valid for sizing" in flat
+    assert f"(AU not judged: {measured} measured batches per consumer, needs ≥ {need}" in flat
+    # the figure stays within what the measured rate feeds
+    assert z.accelerators_fed == pytest.approx(
+        min(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)
+    )
+
+
+def test_a_window_of_enough_batches_breaks_no_batch_rule(dataset):
+    images = sum(1 for p in (dataset / "images").rglob("*.jpg"))
+    config, result = _scan(dataset, 2)
+    assert math.ceil(images / 2) - 1 >= MIN_BATCHES_PER_WORKER  # the data this test is built on
+    z = result.sizing
+    assert not any("measured batch" in b for b in z.broken), z.broken
+    m = result.measurements[0]
+    appetite = result.accelerator["samples_per_s"]
+    assert z.accelerators_fed_by_rate == pytest.approx(
+        min(1.0, rate_fed(m.steady_samples_per_s, appetite, config.target_au))
+    )
+    assert z.accelerators_fed <= z.accelerators_fed_by_rate + 1e-12
+    assert "AU not judged" not in result.verdict.text
