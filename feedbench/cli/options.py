@@ -54,7 +54,9 @@ Format = Annotated[
         "--format",
         help="auto, tree (an image tree), shards (tar shards), or data files: files (any file "
         "is a sample, raw bytes), npy, npz (a file is a sample), tfrecord (a record is one), "
-        "hdf5 (a row of the largest dataset; hdf5:NAME names one), parquet (a row group).",
+        "hdf5 (a row of the largest dataset; hdf5:NAME names one), parquet (a row group; "
+        "parquet:rows=N: N rows, each read as the row groups holding them, a file's short last "
+        "sample kept).",
     ),
 ]
 Seed = Annotated[int, typer.Option(help="Shuffle, augmentation and model seed.")]

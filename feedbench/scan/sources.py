@@ -144,7 +144,9 @@ class Source:
         assert table is not None
         path = str(self._files[table.file_of[i]])
         offset, size = int(table.offset[i]), int(table.size[i])
+        row = int(table.row[i]) if table.row is not None else 0
         key = path if self.fmt in records.WHOLE_FILE else f"{path}@{offset}"
+        key += f"#row{row}" if table.row is not None else ""  # samples may share a row group
         t0 = time.perf_counter()
         try:
             if self.latency_s > 0:
@@ -154,7 +156,7 @@ class Source:
         except OSError as e:
             why = e.strerror or remote_io.one_line(e)
             return RawSample(key, None, 0, 0, time.perf_counter() - t0, "unreadable: " + why)
-        at = (int(table.file_of[i]), offset)  # what decoding needs: the file, the offset
+        at = (int(table.file_of[i]), offset, row)  # what decoding needs: file, offset, row
         return RawSample(key, data, 0, len(data), time.perf_counter() - t0, None, at)
 
     def decode(self, raw: RawSample):
@@ -163,8 +165,8 @@ class Source:
         meta = None
         if self.table is not None and self.table.meta is not None and raw.at is not None:
             meta = self.table.meta[raw.at[0]]
-        offset = raw.at[1] if raw.at is not None else 0
-        return records.decode(self.fmt, raw.data, raw.key, meta, offset)
+        _, offset, row = raw.at if raw.at is not None else (0, 0, 0)
+        return records.decode(self.fmt, raw.data, raw.key, meta, offset, row)
 
     def _open_reader(self, path: str):
         if self.remote:

@@ -12,10 +12,19 @@ bytes alone:
 * ``parquet``: a sample is one row group, the bytes of all its column chunks; decode = pyarrow
   reading that row group from those bytes and the file's footer (kept from the listing), as an
   Arrow table.
+* ``parquet:rows=N``: a sample is N consecutive rows of a file (the file's last sample holds
+  what is left: fewer rows, kept and counted as one sample); its bytes are the row group(s)
+  holding those rows, read whole, and decode slices the N rows out. pyarrow does not read
+  Parquet's page index (it writes one, and reads whole column chunks), so a reader through it
+  cannot fetch less than a row group. Each sample reads its row groups again: with shuffled
+  samples, two in a row rarely share a group, so a reader fetching N rows at random pays the
+  group each time, and the bytes counted are those reads (more than the file when N is smaller
+  than a row group: the layout's read amplification, which is what the scan should show).
 """
 
 from __future__ import annotations
 
+import bisect
 import importlib
 import io
 import math
@@ -71,31 +80,81 @@ def index_hdf5(path: str, opener=None, dataset: str | None = None):
     return [start + i * row for i in range(n)], [row] * n, meta, None
 
 
-def index_parquet(path: str, size: int, opener=None):
-    """``(offsets, sizes, meta, why)``: each row group's byte span in ``path``, and the file's
-    tail (footer included) and row-group starts that decoding needs."""
+def parquet_rows(option: str | None) -> int | None:
+    """N of a ``parquet:rows=N`` option (None: a sample is a row group), or one clear error."""
+    if option is None:
+        return None
+    key, _, value = option.partition("=")
+    if key != "rows" or not (value.isascii() and value.isdigit()) or int(value) < 1:
+        raise LoaderError(
+            f"format 'parquet:{option}': write parquet:rows=N with N a whole number of rows "
+            "≥ 1 (a sample of N rows), or parquet (a sample is a row group)"
+        )
+    return int(value)
+
+
+def _group_span(rg) -> tuple[int, int]:
+    """A row group's bytes: from its first column chunk's first page to its last's end."""
+    spans = []
+    for c in range(rg.num_columns):
+        col = rg.column(c)
+        first = col.data_page_offset
+        if col.has_dictionary_page and col.dictionary_page_offset:
+            first = min(first, col.dictionary_page_offset)
+        spans.append((first, first + col.total_compressed_size))
+    return min(s for s, _ in spans), max(e for _, e in spans)
+
+
+def index_parquet(path: str, size: int, opener=None, rows: int | None = None):
+    """``(offsets, sizes, meta, why)``: each sample's byte span in ``path`` (a row group, or
+    with ``rows`` the row groups holding its rows), and what decoding needs: the file's tail
+    (footer included), the row groups' starts and their first rows."""
     pq = _require("pyarrow.parquet", "parquet")
     with _open(path, opener) as f:
         md = pq.ParquetFile(f).metadata
-        starts, ends = [], []
-        for g in range(md.num_row_groups):
-            rg = md.row_group(g)
-            spans = []
-            for c in range(rg.num_columns):
-                col = rg.column(c)
-                first = col.data_page_offset
-                if col.has_dictionary_page and col.dictionary_page_offset:
-                    first = min(first, col.dictionary_page_offset)
-                spans.append((first, first + col.total_compressed_size))
-            starts.append(min(s for s, _ in spans))
-            ends.append(max(e for _, e in spans))
+        groups = [md.row_group(g) for g in range(md.num_row_groups)]
+        spans = [_group_span(rg) for rg in groups]
         f.seek(size - 8)
         footer = int.from_bytes(f.read(8)[:4], "little")
         f.seek(size - footer - 8)  # the footer, its length and the magic: what decoding needs
-        meta = {"size": size, "footer": f.read(footer + 8), "starts": starts}
-    if not starts:
+        tail = f.read(footer + 8)
+    first_rows = np.cumsum([0] + [rg.num_rows for rg in groups]).tolist()
+    meta = {"size": size, "footer": tail, "starts": [s for s, _ in spans], "rows": rows,
+            "first_rows": first_rows}  # fmt: skip
+    if not spans:
         return [], [], None, "no row groups in it"
-    return starts, [e - s for s, e in zip(starts, ends, strict=True)], meta, None
+    if rows is None:
+        return meta["starts"], [e - s for s, e in spans], meta, None
+    if first_rows[-1] == 0:
+        return [], [], None, "no rows in it"
+    offsets, sizes = _row_samples(spans, first_rows, rows)
+    return offsets, sizes, meta, None
+
+
+def _row_samples(spans, first_rows: list[int], rows: int) -> tuple[list[int], list[int]]:
+    """Each ``rows``-row sample's byte range: its first row group's start to its last's end (a
+    writer lays row groups one after another, so this is the groups' bytes and no more)."""
+    total = first_rows[-1]
+    starts = np.arange(0, total, rows)
+    g0 = np.searchsorted(first_rows, starts, side="right") - 1
+    g1 = np.searchsorted(first_rows, np.minimum(starts + rows, total) - 1, side="right") - 1
+    begin = [spans[g][0] for g in g0]
+    return begin, [spans[g][1] - b for g, b in zip(g1, begin, strict=True)]
+
+
+def short_tails(metas: list[dict | None]) -> list[str]:
+    """A note on ``parquet:rows=N`` files whose row count is not a multiple of N (their last
+    sample is short: kept, one sample), or none."""
+    short = [m for m in metas if m and m.get("rows") and m["first_rows"][-1] % m["rows"]]
+    if not short:
+        return []
+    n, files = short[0]["rows"], sum(m is not None for m in metas)
+    left = ", ".join(str(m["first_rows"][-1] % n) for m in short[:3])
+    more = ", …" if len(short) > 3 else ""
+    return [
+        f"parquet:rows={n}: the last sample of {len(short)} of {files} files holds fewer rows "
+        f"({left}{more}): kept, each counted as one sample"
+    ]
 
 
 class _Known(io.RawIOBase):
@@ -133,10 +192,17 @@ def decode_hdf5(data, meta: dict) -> np.ndarray:
     return np.frombuffer(data, dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
 
 
-def decode_parquet(data, meta: dict, offset: int):
-    """The row group at ``offset`` as an Arrow table, from its bytes and the file's footer."""
+def decode_parquet(data, meta: dict, offset: int, row: int = 0):
+    """The sample at ``offset`` as an Arrow table, from its bytes and the file's footer: its row
+    group, or (``parquet:rows=N``) the N rows from ``row`` sliced out of the groups read."""
     pq = _require("pyarrow.parquet", "parquet")
     footer = pq.read_metadata(io.BytesIO(b"PAR1" + meta["footer"]))
     known = _Known(meta["size"], offset, bytes(data))
+    reader = pq.ParquetFile(known, metadata=footer, pre_buffer=False)
     group = meta["starts"].index(offset)
-    return pq.ParquetFile(known, metadata=footer, pre_buffer=False).read_row_group(group)
+    if meta["rows"] is None:
+        return reader.read_row_group(group)
+    first = meta["first_rows"]
+    end = min(row + meta["rows"], first[-1])
+    last = bisect.bisect_right(first, end - 1) - 1
+    return reader.read_row_groups(range(group, last + 1)).slice(row - first[group], end - row)

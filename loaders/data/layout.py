@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from loaders.data import patterns, records, remote
+from loaders.data import columnar, patterns, records, remote
 from loaders.data.formats import IMAGE_EXTENSIONS, is_image, is_shard
 from loaders.data.records import RECORD_FORMATS, RecordTable
 from loaders.errors import LoaderError
@@ -65,10 +65,10 @@ class Layout:
 def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
     """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`."""
     base, option = records.split_format(fmt)
-    if base not in FORMATS or (option is not None and base != "hdf5"):
+    if base not in FORMATS or not records.check_option(base, option):
         raise LoaderError(
             f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)} (hdf5:NAME names the "
-            "HDF5 dataset)"
+            "HDF5 dataset, parquet:rows=N makes N rows a sample)"
         )
     text = os.fspath(path)
     url = remote.is_url(text)
@@ -252,7 +252,10 @@ def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     if not len(table):
         reason = f" ({skipped[-1].path}: {skipped[-1].reason})" if skipped else ""
         raise LoaderError(f"format {fmt!r}: no samples in {len(files)} files in {shown}{reason}")
-    return Layout("records", root, files, sizes, url, skipped=skipped, fmt=fmt, table=table)
+    notes = columnar.short_tails(table.meta or [])
+    return Layout(
+        "records", root, files, sizes, url, skipped=skipped, notes=notes, fmt=fmt, table=table
+    )
 
 
 def _under(full: str, root: str, sep: str) -> bool:

@@ -11,7 +11,8 @@ they lie in.
   array of an npz);
 * ``tfrecord``: a record of a ``.tfrecord`` file is a sample (:mod:`loaders.data.tfrecord`);
   decode = its framing and both checksums checked;
-* ``hdf5`` / ``parquet``: a row of a dataset / a row group (:mod:`loaders.data.columnar`).
+* ``hdf5`` / ``parquet``: a row of a dataset / a row group, or N rows with ``parquet:rows=N``
+  (:mod:`loaders.data.columnar`).
 """
 
 from __future__ import annotations
@@ -51,9 +52,17 @@ def format_of(name: str) -> str | None:
 
 def split_format(fmt: str) -> tuple[str, str | None]:
     """``"hdf5:/images"`` → ``("hdf5", "/images")``: a format and its option (the HDF5 dataset
-    to read), or None."""
+    to read, ``rows=N`` for Parquet), or None."""
     base, sep, option = fmt.partition(":")
     return base, (option if sep else None)
+
+
+def check_option(base: str, option: str | None) -> bool:
+    """Whether format ``base`` takes an option (hdf5, parquet); a bad Parquet one is one clear
+    error here, before any file is listed."""
+    if base == "parquet":
+        columnar.parquet_rows(option)
+    return option is None or base in ("hdf5", "parquet")
 
 
 def has_decode(fmt: str) -> bool:
@@ -69,6 +78,7 @@ class RecordTable:
     offset: np.ndarray  # int64 [N]
     size: np.ndarray  # int64 [N]
     meta: list[dict | None] | None = None  # per file, what decoding needs (hdf5, parquet)
+    row: np.ndarray | None = None  # int64 [N], parquet:rows=N: the sample's first row in its file
 
     def __len__(self) -> int:
         return len(self.file_of)
@@ -79,11 +89,13 @@ def build_table(
 ) -> tuple[RecordTable, list[tuple[str, str]]]:
     """The samples of ``files`` in format ``fmt``, and the (file, reason) of what was left out
     (a zero-byte or unreadable file, a cut-off or corrupt TFRecord tail, an HDF5 file without a
-    contiguous dataset). ``option``: the HDF5 dataset to read (default: the largest)."""
+    contiguous dataset). ``option``: the HDF5 dataset to read (default: the largest), or
+    Parquet's ``rows=N``."""
     file_of: list[int] = []
     offset: list[int] = []
     size: list[int] = []
     meta: list[dict | None] = []
+    row: list[int] = []
     skipped: list[tuple[str, str]] = []
     for k, (path, nbytes) in enumerate(zip(files, sizes, strict=True)):
         meta.append(None)
@@ -98,6 +110,8 @@ def build_table(
         if why:
             skipped.append((path, why))
         file_of += [k] * len(offs)
+        if meta[k] is not None and meta[k].get("rows"):  # parquet:rows=N: sample j from row j·N
+            row += range(0, len(offs) * meta[k]["rows"], meta[k]["rows"])
         offset += offs
         size += lens
     table = RecordTable(
@@ -105,6 +119,7 @@ def build_table(
         np.asarray(offset, dtype=np.int64),
         np.asarray(size, dtype=np.int64),
         meta if any(m is not None for m in meta) else None,
+        np.asarray(row, dtype=np.int64) if row else None,
     )
     return table, skipped
 
@@ -125,7 +140,7 @@ def _index_file(fmt: str, path: str, nbytes: int, url: bool, option: str | None)
             return offs, lens, None, why
         if fmt == "hdf5":
             return columnar.index_hdf5(path, opener, dataset=option)
-        return columnar.index_parquet(path, nbytes, opener)
+        return columnar.index_parquet(path, nbytes, opener, columnar.parquet_rows(option))
     except LoaderError:
         raise
     except Exception as e:  # noqa: BLE001 - a file h5py or pyarrow cannot open: left out
@@ -197,9 +212,10 @@ def read_record(
     return data, time.perf_counter() - t0
 
 
-def decode(fmt: str, data, where: str, meta: dict | None = None, offset: int = 0):
+def decode(fmt: str, data, where: str, meta: dict | None = None, offset: int = 0, row: int = 0):
     """The decoded sample: arrays for npy / npz, the payload for a TFRecord record, a row for
-    HDF5, an Arrow table for a Parquet row group (``meta``: its file's, from the table)."""
+    HDF5, an Arrow table for a Parquet row group or N rows from ``row`` (``meta``: its file's,
+    from the table)."""
     if fmt == "tfrecord":
         return tfrecord.parse_record(data, where)
     if fmt in ("hdf5", "parquet"):
@@ -208,7 +224,7 @@ def decode(fmt: str, data, where: str, meta: dict | None = None, offset: int = 0
         try:
             if fmt == "hdf5":
                 return columnar.decode_hdf5(data, meta)
-            return columnar.decode_parquet(data, meta, offset)
+            return columnar.decode_parquet(data, meta, offset, row)
         except (ValueError, OSError) as e:
             raise RecordFormatError(f"{where}: not a readable {fmt} sample ({e})") from None
     try:
