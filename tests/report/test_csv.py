@@ -31,18 +31,21 @@ def _points(rows: list[dict], doc: dict):
         yield p, ms, repeats, mean
 
 
-def _want(m: dict, steady: bool, target: float) -> dict[str, float]:
-    """A repeat's numbers as the file holds them: the rates over the window its curve used."""
+def _want(m: dict, steady: bool, target: float, appetite: float) -> dict[str, float]:
+    """A repeat's numbers as the file holds them: the rates over the window its curve used;
+    accelerators fed: by its AU, never more than its steady samples/s feed at the target."""
     rate = m["steady_samples_per_s"] if steady else m["samples_per_s"]
     mb = m["steady_mb_per_s"] if steady and m["steady_mb_per_s"] is not None else m["mb_per_s"]
     files = (m["steady_files_per_s"] if steady and m["steady_files_per_s"] is not None
              else m["files_per_s"])  # fmt: skip
     (read,) = [s for s in m["stages"] if s["name"] == "read"]
     n = m["consumers"]
+    sizing_rate = m["steady_samples_per_s"] if m["steady_samples_per_s"] is not None else rate
     return {"samples/s": rate, "MB/s (1 MB = 10^6 B)": mb, "files/s": files,
             "read p99 latency (ms)": read["latency"]["p99_s"] * 1e3, "AU mean (0-1)": m["au_mean"],
             "AU worst consumer (0-1)": m["au_min"],
-            "accelerators fed at target AU": min(n, n * m["au_mean"] / target)}  # fmt: skip
+            "accelerators fed at target AU": min(n, n * m["au_mean"] / target,
+                                                 sizing_rate / (target * appetite))}  # fmt: skip
 
 
 def test_a_scan_csv_has_each_repeat_and_their_mean(cli, stepped_scan, tmp_path):
@@ -53,13 +56,14 @@ def test_a_scan_csv_has_each_repeat_and_their_mean(cli, stepped_scan, tmp_path):
     _, rows = read_csv(path.read_text())
     assert len(rows) == len(doc["measurements"]) + len(doc["curve"])
     target = doc["sizing"]["target_au"]
+    appetite = doc["accelerator"]["samples_per_s"]
     for p, ms, repeats, mean in _points(rows, doc):
         steady = p["rate_basis"] == "steady"
         assert [r["repeat"] for r in repeats] == [str(m["repeat"]) for m in ms] == ["1", "2"]
         assert mean["repeat"] == "mean" and int(mean["repeats"]) == len(ms)
         for row, m in zip(repeats, ms, strict=True):
             assert int(row["loader workers per consumer"]) == m["workers"]
-            want = _want(m, steady, target)
+            want = _want(m, steady, target, appetite)
             assert {k: float(row[k]) for k in want} == pytest.approx(want, rel=1e-12)
             assert [row[k] for k in SPREAD] == [""] * len(SPREAD)  # a spread of one: none
             assert row["left out of the mean (why)"] == ""
