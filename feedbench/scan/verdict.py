@@ -184,7 +184,8 @@ def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
         max(0.0, c.sync_wait_s - (c.barrier_idle_s or 0.0) * max(0, c.batches - 1))
         for c in top.per_consumer
     )
-    if syncs > waits and syncs > 0:
+    # one consumer has no other to wait for: its sync time is the step's own overhead
+    if top.consumers > 1 and syncs > waits and syncs > 0:
         text = (
             f"sync-bound: consumers wait more for each other ({syncs:.2f} s) than for their own "
             f"data ({waits:.2f} s) — uneven shards or a straggler{case.feeding}"

@@ -88,6 +88,12 @@ def test_sync_bound_counts_only_sync_wait_beyond_the_barriers_own_cost():
     assert judge(result(STAGES, even, au=0.5, accelerator=PROFILE)).bound == "decode"
 
 
+def test_one_consumer_is_never_sync_bound():
+    """A lone consumer has nobody to wait for (seen on an H200: "sync-bound" at 1 consumer)."""
+    alone = [consumer(0, wait_s=0.5, sync_s=3.0)]
+    assert judge(result(STAGES, alone, au=0.5, accelerator=PROFILE)).bound != "sync"
+
+
 def test_stage_bound_on_saturated_cpu():
     v = judge(result(STAGES, [consumer(0)], monitor=timeline([90.0] * 4)))
     assert (v.bound, v.resource) == ("decode", "cpu")
