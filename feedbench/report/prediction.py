@@ -19,6 +19,7 @@ from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.results import ScanResult
+from feedbench.scan.sizing import short_window
 from feedbench.verify.results import VerifyResult
 
 # a scan's --loader naming the stock recipe that verify calls "baseline"
@@ -42,10 +43,17 @@ class Prediction:
     ceiling_fraction: float | None
     same_data: bool
     difference_points: float  # |predicted − measured| data-wait share, in percentage points
+    # why the scan's point is no basis for a prediction (its window too short), or None
+    not_judged: str | None = None
 
     @property
-    def agrees(self) -> bool:
-        return self.difference_points <= AGREE_POINTS
+    def agrees(self) -> bool | None:
+        """Within AGREE_POINTS; None where the scan's point cannot be judged by."""
+        return None if self.not_judged else self.difference_points <= AGREE_POINTS
+
+    @property
+    def verdict(self) -> str:
+        return {True: "agree", False: "disagree", None: "not judged"}[self.agrees]
 
 
 @dataclass
@@ -104,7 +112,20 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         ceiling_fraction=run.ceiling_fraction,
         same_data=_same_data(scan, run),
         difference_points=abs(wait - run.data_wait_fraction) * 100,
+        not_judged=_short(scan, point),
     )
+
+
+def _short(scan: ScanResult, point) -> str | None:
+    """Why the point's AU is no prediction: a repeat's measured window held too few batches
+    per batch its loader can have ready (the sizing rule: prefetched batches then decide the AU)."""
+    key = (point.consumers, point.pass_name)
+    ms = [m for m in scan.measurements if (m.consumers, m.pass_name) == key and not m.failed]
+    short = [s for m in ms if (s := short_window(m, scan.config)) is not None]
+    if not short:
+        return None
+    k, need = min(short)
+    return f"the scan measured {k} batch{'es' if k != 1 else ''} per consumer (needs ≥ {need})"
 
 
 def _same_data(scan: ScanResult, run) -> bool:
@@ -125,13 +146,13 @@ def sentence(p: Prediction) -> str:
             f"{p.verify_compute_step_s * 1e3:.1f} ms)"
         )
     ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling" if p.ceiling_fraction else ""
-    verdict = "agree" if p.agrees else "disagree"
     data = "" if p.same_data else "; not the same data path"
+    verdict = (f"not judged: {p.not_judged}" if p.not_judged
+               else f"{p.verdict} within {p.difference_points:.1f} points")  # fmt: skip
     return (
         f"{p.loader} at {p.gpus} GPU{'s' if p.gpus != 1 else ''}: scan predicted AU "
         f"{p.predicted_au:.3f} ({p.predicted_wait:.1%} data wait, {p.pass_name} pass){steps}; "
-        f"verify measured {p.measured_wait:.1%} data wait{ceiling}: {verdict} within "
-        f"{p.difference_points:.1f} points{data}"
+        f"verify measured {p.measured_wait:.1%} data wait{ceiling}: {verdict}{data}"
     )
 
 
@@ -185,7 +206,7 @@ def render(check_: PredictionCheck, console: Console) -> None:
             p.loader, str(p.gpus), f"{p.predicted_au:.3f}", f"{p.predicted_wait:.1%}",
             f"{p.measured_wait:.1%}{worst}",
             f"{p.ceiling_fraction:.2f}" if p.ceiling_fraction is not None else "—",
-            f"{p.difference_points:.1f} pt", "yes" if p.agrees else "NO",
+            f"{p.difference_points:.1f} pt", {True: "yes", False: "NO", None: "n/a"}[p.agrees],
         )  # fmt: skip
     console.print(t)
     for p in check_.pairs:
@@ -217,7 +238,7 @@ def prediction_document(check_: PredictionCheck, source: str):
             Shown("measured wait", lambda r: pct(r["measured_wait"])),
             Shown("of ceiling", lambda r: dash(r["ceiling_fraction"], lambda x: f"{x:.2f}")),
             Shown("difference", lambda r: f"{r['difference_points']:.1f} pt"),
-            Shown("agree", lambda r: "yes" if r["agrees"] else "no"),
+            Shown("agree", lambda r: {True: "yes", False: "no", None: "n/a"}[r["agrees"]]),
         ],
         csv=[
             ("loader", "loader"),
@@ -231,9 +252,13 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("verify compute step (s)", "verify_compute_step_s"),
             ("difference (points)", "difference_points"),
             ("same data", "same_data"),
+            ("agree", "agrees"),
+            ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
-        f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points.",
+        f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
+        "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
+        "can have ready).",
     )
     return Document(
         kind="prediction",

@@ -21,9 +21,10 @@ MIN_REPEATS = 3  # repeats per point, for a spread to judge by
 MAX_CV = 0.10  # std / mean of the repeats at a point
 MAX_RESIDENT = 0.01  # share of the data in the page cache when a cold pass started
 OTHER_LOAD_CORES = 0.25  # other processes' CPU, in cores, that disturbs a measurement
-# measured batches per consumer, per loader worker (at least this many with none): when the
-# window opens each worker already holds about one finished batch, so k measured batches with
-# w workers overstate AU and rate by up to k / (k - w); at 5 per worker that is at most 25%
+# measured batches per consumer, per batch its loader can have ready (one per worker, at least
+# this many with none; DALI: its prefetch queue): when the window opens those are finished, so
+# k measured batches with w ready overstate AU and rate by up to k / (k - w); at 5 per batch
+# ready that is at most 25%
 MIN_BATCHES_PER_WORKER = 5
 # the rate's figure this far under the AU's: said in words (closer is measurement noise)
 RATE_DISAGREES = 0.05
@@ -72,8 +73,7 @@ def accelerators_fed(
           if m.pass_name == first and m.au_mean is not None and not m.failed]  # fmt: skip
     if not acc or not ms:
         return None
-    warmup = result.config.get("warmup_batches", 1)
-    ms = [m for m in ms if short_window(m, warmup) is None] or ms
+    ms = [m for m in ms if short_window(m, result.config) is None] or ms
     by_count: dict[int, list[Fed]] = {}
     for m in ms:
         by_count.setdefault(m.consumers, []).append(
@@ -100,19 +100,26 @@ def measured_batches(m: Measurement, warmup: int) -> int | None:
     return max(0, min(c.batches for c in m.per_consumer) - warmup)
 
 
-def short_window(m: Measurement, warmup: int) -> tuple[int, int] | None:
+def batches_ahead(m: Measurement, config: dict) -> int:
+    """Batches a consumer's loader can have ready when the window opens: one per worker
+    process, but DALI's threads build one batch together and queue ``prefetch`` (2) of them."""
+    if config.get("loader") == "dali":
+        return int((config.get("loader_options") or {}).get("prefetch", 2))
+    return max(1, m.workers)
+
+
+def short_window(m: Measurement, config: dict) -> tuple[int, int] | None:
     """(measured batches, batches needed) when ``m``'s window held too few to judge its AU
-    and rate by, else None."""
-    k = measured_batches(m, warmup)
-    need = MIN_BATCHES_PER_WORKER * max(1, m.workers)
+    and rate by, else None; ``config``: the scan's (warm-up batches, loader)."""
+    k = measured_batches(m, config.get("warmup_batches", 1))
+    need = MIN_BATCHES_PER_WORKER * batches_ahead(m, config)
     return (k, need) if k is not None and k < need else None
 
 
 def short_rule(result: ScanResult) -> str | None:
     """The sizing rule on the measured window, in words, for its shortest measurement."""
-    warmup = result.config.get("warmup_batches", 1)
     short = [(s, m) for m in result.measurements if not m.failed
-             if (s := short_window(m, warmup)) is not None]  # fmt: skip
+             if (s := short_window(m, result.config)) is not None]  # fmt: skip
     if not short:
         return None
     (k, need), m = min(short, key=lambda sm: sm[0][0] - sm[0][1])
@@ -121,9 +128,10 @@ def short_rule(result: ScanResult) -> str | None:
     return (
         f"{k} measured batch{'es' if k != 1 else ''} per consumer at {n} consumer"
         f"{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, {m.pass_name} pass "
-        f"(needs ≥ {need}: {MIN_BATCHES_PER_WORKER} per loader worker, or the batches the "
-        "workers prefetched before the window decide AU and rate): give it more data, a "
-        f"smaller --batch-size{f' (now {bs})' if bs else ''}, fewer --consumers or --workers"
+        f"(needs ≥ {need}: {MIN_BATCHES_PER_WORKER} per batch the loader can have ready, one "
+        "per worker, or the batches prefetched before the window decide AU and rate): give it "
+        f"more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer --consumers "
+        "or --workers"
     )
 
 

@@ -66,7 +66,7 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
     if top is None:
         return None
     case = _case(result, top, target_au)
-    short = short_window(top, result.config.get("warmup_batches", 1))
+    short = short_window(top, result.config)
     # AU over a window of prefetched batches says nothing of the data: no step verdict from it
     verdict = _step_verdict(case, target_au) if case.appetite and not short else None
     if verdict is None:
@@ -287,9 +287,8 @@ def _supported(result: ScanResult, target_au: float) -> int | None:
     if fm:
         return int(fm["supported_consumers"])
     first = result.measurements[0].pass_name if result.measurements else None
-    warmup = result.config.get("warmup_batches", 1)
     judged = {m.consumers for m in result.measurements
-              if m.pass_name == first and short_window(m, warmup) is None}  # fmt: skip
+              if m.pass_name == first and short_window(m, result.config) is None}  # fmt: skip
     ok = [
         c.consumers
         for c in result.curve

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def stock_scan(tmp_path_factory, dataset):
+    """24 images in batches of 4, one worker: 5 measured batches after the warm-up one, enough."""
     out = tmp_path_factory.mktemp("pred") / "s.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--loader",
            STOCK_FACTORY, "--consumers", "1", "--batch-size", "4", "--workers", "1",
@@ -41,9 +42,11 @@ def test_the_prediction_is_set_beside_the_measurement(cli, stock_scan, verify_ru
     want = abs(1 - point["au_mean"] - run["data_wait_fraction"]) * 100
     assert pair["difference_points"] == pytest.approx(want)
     assert pair["same_data"]  # both read the dataset's image tree
+    assert pair["not_judged"] is None  # 5 measured batches, one worker: enough to judge by
     line = next(ln for ln in r.out.splitlines() if ln.startswith("baseline at 1 GPU: "))
     assert f"scan predicted AU {point['au_mean']:.3f}" in line
     assert f"verify measured {run['data_wait_fraction']:.1%} data wait" in line
+    assert ("agree within" if want <= 5.0 else "disagree within") in line
     # the check is a results file like any other: shown again, as a page and as CSV
     again = cli("report", str(out), "--html", str(tmp_path / "p.html"), "--csv",
                 str(tmp_path / "p.csv"))  # fmt: skip
@@ -60,3 +63,24 @@ def test_nothing_to_pair_is_one_line(cli, scan_json, verify_run):
     assert r.code == 2
     assert r.err.strip().startswith("error: no scan and verify run share a loader and count")
     assert "Traceback" not in r.err
+
+
+def test_a_scan_window_too_short_to_predict_by_is_not_judged(cli, dataset, verify_run, tmp_path):
+    """Two workers can have two batches ready when the window opens: 5 measured batches are
+    then under the sizing rule's 10, and the pair says so instead of agree or disagree."""
+    verify_json, _ = verify_run
+    scan = tmp_path / "short.json"
+    cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--loader",
+           STOCK_FACTORY, "--consumers", "1", "--batch-size", "4", "--workers", "2",
+           "--step-time", "0.01", "--passes", "warm", "--no-plots", "--json",
+           str(scan)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = tmp_path / "p.json"
+    r = cli("compare", str(scan), str(verify_json), "--passes", "warm", "--json", str(out))
+    assert r.code == 0, r.out + r.err
+    (pair,) = json.loads(out.read_text())["pairs"]
+    assert pair["not_judged"] == "the scan measured 5 batches per consumer (needs ≥ 10)"
+    text = " ".join(r.out.split())
+    assert "not judged: the scan measured 5 batches per consumer (needs ≥ 10)" in text
+    assert "n/a" in text.split("baseline at 1 GPU")[0]  # the table's agree column

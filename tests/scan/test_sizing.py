@@ -177,3 +177,16 @@ def test_a_window_of_enough_batches_breaks_no_batch_rule(dataset):
     )
     assert z.accelerators_fed <= z.accelerators_fed_by_rate + 1e-12
     assert "AU not judged" not in result.verdict.text
+
+
+def test_batches_ready_ahead_are_one_per_worker_but_dalis_prefetch_queue():
+    """DALI's threads build one batch together and queue ``prefetch`` of them: 16 threads are
+    not 16 batches ready, as 16 DataLoader workers are."""
+    from feedbench.scan.sizing import batches_ahead
+
+    m = dataclasses.replace(_measurement(1, 100.0, 0.9), workers=16)
+    assert batches_ahead(m, {"loader": "torch"}) == 16
+    assert batches_ahead(m, {}) == 16
+    assert batches_ahead(m, {"loader": "dali", "loader_options": {}}) == 2
+    assert batches_ahead(m, {"loader": "dali", "loader_options": {"prefetch": 3}}) == 3
+    assert batches_ahead(dataclasses.replace(m, workers=0), {}) == 1
