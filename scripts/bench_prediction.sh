@@ -10,21 +10,24 @@
 # `. scripts/device_env.sh` (DALI and webdataset carried in parts). Two calls, each within the
 # 10-minute limit:
 #
-#   scripts/bench_prediction.sh scan     # the four scans (warm pass, 3 repeats): ~3 min
+#   scripts/bench_prediction.sh scan     # the four scans (warm pass, 3 repeats): ~5 min
 #   scripts/bench_prediction.sh verify   # synthetic + baseline, torch, dali, wds: ~5 min
 #   scripts/bench_prediction.sh compare  # the prediction checks (no GPU work)
 #
-# Environment: DATA (default /tmp/fb8k: 8,192 ImageNet-like JPEGs, tree and 32 shards, made on
-# first use), GPUS (default 1), STEPS (default 100), OUT (default $OUT or results/).
+# Environment: DATA (default /tmp/fb32k: IMAGES ImageNet-like JPEGs, tree and shards of 256,
+# made on first use), IMAGES (default 32,768: 128 batches of 256 per pass, so a scan's window
+# holds ≥ 5 batches per loader worker at 16 workers, the sizing rule; 8,192 did not),
+# GPUS (default 1), STEPS (default 100), OUT (default $OUT or results/).
 # Warm pass on purpose: verify trains many epochs over data the page cache holds after the first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${DATA:-/tmp/fb8k}
+DATA=${DATA:-/tmp/fb32k}
+IMAGES=${IMAGES:-32768}
 GPUS=${GPUS:-1}
 STEPS=${STEPS:-100}
 OUT=${OUT:-results}
 mkdir -p "$OUT"
-test -d "$DATA" || python3 -m feedbench sample "$DATA" --images 8192 --per-shard 256 --seed 0 \
+test -d "$DATA" || python3 -m feedbench sample "$DATA" --images "$IMAGES" --per-shard 256 --seed 0 \
   --jobs "$(nproc)" > /dev/null
 LOADERS="torch wds dali feedbench.verify.loaders:stock_loader"
 
