@@ -433,7 +433,7 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             measure(n)
         if config.find_max:
             limit = config.max_consumers or max_consumers_default(cores)
-            best, tried = find_max(measure, limit=limit, known=done)
+            best, tried, _ = find_max(measure, limit=limit, known=done)
             result.config["find_max_result"] = {
                 "supported_consumers": best,
                 "tried": {str(k): v for k, v in tried.items()},

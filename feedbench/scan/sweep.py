@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -100,42 +101,51 @@ def curve_points(result) -> list[CurvePoint]:
     return list(result.curve) if result.curve else curve(result.measurements)
 
 
-def find_max(probe: Callable[[int], bool], *, limit: int, known: dict[int, bool] | None = None):
+class FoundMax(NamedTuple):
+    """What :func:`find_max` found: ``best``, the largest count that passed (0: even one
+    consumer failed; a lower bound when ``undecided_at`` is set), ``tried``, every count probed
+    in order with its outcome (None: undecided), and ``undecided_at``, the count whose outcome
+    was undecided, where the search stopped (None when it finished)."""
+
+    best: int
+    tried: dict[int, bool | None]
+    undecided_at: int | None
+
+
+def find_max(
+    probe: Callable[[int], bool | None],
+    *,
+    limit: int,
+    known: dict[int, bool | None] | None = None,
+) -> FoundMax:
     """Largest N in 1..limit with ``probe(N)`` true, assuming it holds up to some N and then fails.
 
     Grows 1, 2, 4, … until a probe fails (or ``limit``), then bisects between the last success
-    and the first failure. ``known`` holds results already measured. Returns (best, tried) where
-    best is 0 when even one consumer fails, and tried maps every probed N to its outcome in order.
+    and the first failure. ``known`` holds results already measured. A probe that returns None
+    could not decide: neither side of the search can be chosen without it, so it stops there.
     """
-    tried: dict[int, bool] = dict(known or {})
-
-    def check(n: int) -> bool:
-        if n not in tried:
-            tried[n] = bool(probe(n))
-        return tried[n]
-
+    tried: dict[int, bool | None] = dict(known or {})
     good, bad = 0, None
-    n = 1
-    while n <= limit:
-        if check(n):
+    while (n := _next_probe(good, bad, limit)) is not None:
+        if n not in tried:
+            ok = probe(n)
+            tried[n] = None if ok is None else bool(ok)
+        if tried[n] is None:
+            return FoundMax(good, tried, n)
+        if tried[n]:
             good = n
-            n *= 2
         else:
             bad = n
-            break
+    return FoundMax(good, tried, None)
+
+
+def _next_probe(good: int, bad: int | None, limit: int) -> int | None:
+    """The count to probe after ``good`` passed and ``bad`` failed (0 and None: none yet):
+    doubling while every probe passed, then ``limit`` itself; bisecting once one failed; None
+    when the answer is found."""
     if bad is None:
-        if good < limit and check(limit):
-            return limit, tried
-        bad = limit if good < limit else None
-        if bad is None:
-            return good, tried
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if check(mid):
-            good = mid
-        else:
-            bad = mid
-    return good, tried
+        return min(max(1, 2 * good), limit) if good < limit else None
+    return (good + bad) // 2 if bad - good > 1 else None
 
 
 def max_consumers_default(cores: int) -> int:

@@ -153,13 +153,13 @@ def test_find_max_grows_then_bisects(max_ok, limit, best, probes):
         seen.append(n)
         return n <= max_ok
 
-    got, tried = find_max(probe, limit=limit)
-    assert got == best and seen == probes and list(tried) == probes
+    got, tried, undecided_at = find_max(probe, limit=limit)
+    assert got == best and seen == probes and list(tried) == probes and undecided_at is None
 
 
 def test_find_max_reuses_known_results():
     seen = []
-    got, _ = find_max(lambda n: seen.append(n) or n <= 3, limit=8, known={1: True, 2: True})
+    got, _, _ = find_max(lambda n: seen.append(n) or n <= 3, limit=8, known={1: True, 2: True})
     assert got == 3 and seen == [4, 3]
 
 
