@@ -9,7 +9,7 @@ from rich.table import Table
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
-from feedbench.scan.sizing import rate_disagrees
+from feedbench.scan.sizing import find_max_note, rate_disagrees
 
 
 def render_scan(result: ScanResult, console: Console) -> None:
@@ -39,8 +39,12 @@ def render_scan(result: ScanResult, console: Console) -> None:
             _consumer_table(m, console)
     fm = cfg.get("find_max_result")
     if fm:
-        tried = ", ".join(f"{k}{'✓' if v else '✗'}" for k, v in fm["tried"].items())
+        mark = {True: "✓", False: "✗", None: "?"}  # ?: undecided, its window too short
+        tried = ", ".join(f"{k}{mark[v]}" for k, v in fm["tried"].items())
         console.print(f"find-max (AU ≥ {cfg['target_au']:.0%}): tried {tried}")
+        undecided = find_max_note(fm)
+        if undecided:
+            console.print(f"[yellow]{escape(undecided)}[/] ({NOT_VALID})")
     v = result.verdict
     if v is not None:
         console.print(f"[bold]verdict:[/] {v.text}")

@@ -41,7 +41,7 @@ from feedbench.scan.rank import (
     run_rank,
 )
 from feedbench.scan.results import Measurement, ScanResult
-from feedbench.scan.sizing import assess, disturbed
+from feedbench.scan.sizing import assess, disturbed, find_max_result, short_count
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from feedbench.scan.verdict import judge
@@ -392,9 +392,9 @@ def scan(
 def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanResult:
     result = new_result(config, source, notes, p)
     cores = os.cpu_count() or 1
-    done: dict[int, bool] = {}
+    done: dict[int, bool | None] = {}
 
-    def measure(n: int) -> bool:
+    def measure(n: int) -> bool | None:
         workers = config.workers if config.workers is not None else default_workers(n, minimum=0)
         if source.kind == "shards" and workers > 0 and source.units() < n * workers:
             result.warnings.append(
@@ -425,20 +425,17 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             (c for c in result.curve if c.consumers == n and c.pass_name == config.passes[0]), None
         )
         ok = point is not None and point.au_mean is not None and point.au_mean >= config.target_au
-        done[n] = ok
-        return ok
+        # AU over a window of prefetched batches passes nothing and fails nothing (sizing rules)
+        done[n] = None if short_count(result, n) is not None else ok
+        return done[n]
 
     try:
         for n in config.consumers:
             measure(n)
         if config.find_max:
             limit = config.max_consumers or max_consumers_default(cores)
-            best, tried, _ = find_max(measure, limit=limit, known=done)
-            result.config["find_max_result"] = {
-                "supported_consumers": best,
-                "tried": {str(k): v for k, v in tried.items()},
-                "limit": limit,
-            }
+            found = find_max(measure, limit=limit, known=done)
+            result.config["find_max_result"] = find_max_result(result, found, limit)
     except Interrupted:
         pass
     except _CountFailed as e:  # results written, the failure marked; the caller exits non-zero

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from feedbench.core.timeline import summarize
 from feedbench.scan.results import Measurement, ScanResult, Sizing
-from feedbench.scan.sweep import curve_points
+from feedbench.scan.sweep import FoundMax, curve_points
 
 DATASET_VS_RAM = 5  # MLPerf Storage: the dataset at least 5× the client's RAM
 MIN_REPEATS = 3  # repeats per point, for a spread to judge by
@@ -114,6 +114,62 @@ def short_window(m: Measurement, config: dict) -> tuple[int, int] | None:
     k = measured_batches(m, config.get("warmup_batches", 1))
     need = MIN_BATCHES_PER_WORKER * batches_ahead(m, config)
     return (k, need) if k is not None and k < need else None
+
+
+def short_count(result: ScanResult, n: int) -> tuple[int, int] | None:
+    """(measured batches, batches needed) when no first-pass measurement at ``n`` consumers
+    held enough batches to judge its AU by (the longest of them), else None: a count is
+    judged when one of its repeats was long enough."""
+    first = result.measurements[0].pass_name if result.measurements else None
+    shorts = []
+    for m in result.measurements:
+        if m.consumers == n and m.pass_name == first and not m.failed:
+            s = short_window(m, result.config)
+            if s is None:
+                return None
+            shorts.append(s)
+    return max(shorts) if shorts else None
+
+
+def find_max_result(result: ScanResult, found: FoundMax, limit: int) -> dict:
+    """find-max's answer as the results file keeps it: the supported consumers (None when the
+    search stopped undecided before any count passed), every count tried (None: undecided),
+    and the undecided ones' measured and needed batches."""
+    undecided = {}
+    for n, ok in found.tried.items():
+        short = short_count(result, n) if ok is None else None
+        if short is not None:
+            undecided[str(n)] = {"measured_batches": short[0], "batches_needed": short[1]}
+    stopped = found.undecided_at is not None
+    return {
+        "supported_consumers": None if stopped and not found.best else found.best,
+        "tried": {str(k): v for k, v in found.tried.items()},
+        "limit": limit,
+        "undecided": undecided,
+        "undecided_at": found.undecided_at,
+    }
+
+
+def find_max_note(fm: dict) -> str | None:
+    """find-max's undecided counts, why, and what that leaves of its answer, in words (the
+    verdict's and the console's); None when it decided every count it probed."""
+    undecided = fm.get("undecided") or {}
+    if not undecided:
+        return None
+    parts = []
+    for n, w in undecided.items():
+        k, need = w["measured_batches"], w["batches_needed"]
+        parts.append(
+            f"{n} consumer{'s' if n != '1' else ''} undecided ({k} measured batch"
+            f"{'es' if k != 1 else ''} per consumer, needs ≥ {need}: prefetched batches would "
+            "decide its AU)"
+        )
+    text = "find-max: " + "; ".join(parts)
+    at, best = fm.get("undecided_at"), fm.get("supported_consumers")
+    if at is not None:
+        found = f"supported consumers at least {best}" if best else "before any count passed"
+        text += f"; the search stopped at {at}, {found}"
+    return text
 
 
 def short_rule(result: ScanResult) -> str | None:

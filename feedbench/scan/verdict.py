@@ -13,7 +13,7 @@ from feedbench.scan.results import (
     StageStats,
     Verdict,
 )
-from feedbench.scan.sizing import OTHER_LOAD_CORES, short_window
+from feedbench.scan.sizing import OTHER_LOAD_CORES, find_max_note, short_count, short_window
 
 RESOURCE = {
     "read": "storage",
@@ -78,6 +78,9 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
             f" (AU not judged: {k} measured batch{'es' if k != 1 else ''} per consumer, "
             f"needs ≥ {need}; {NOT_VALID})"
         )
+    undecided = find_max_note(result.config.get("find_max_result") or {})
+    if undecided:  # its supported consumers are a lower bound, or none: say why
+        verdict.text += f" ({undecided})"
     return verdict
 
 
@@ -284,11 +287,13 @@ def _loader_verdict(case: _Case, backend: str) -> Verdict:
 
 def _supported(result: ScanResult, target_au: float) -> int | None:
     fm = result.config.get("find_max_result")
-    if fm:
-        return int(fm["supported_consumers"])
+    if fm:  # None: the search stopped undecided before any count passed
+        best = fm["supported_consumers"]
+        return None if best is None else int(best)
     first = result.measurements[0].pass_name if result.measurements else None
+    # the counts find-max would decide: the same rule, so that both give one answer
     judged = {m.consumers for m in result.measurements
-              if m.pass_name == first and short_window(m, result.config) is None}  # fmt: skip
+              if m.pass_name == first and short_count(result, m.consumers) is None}  # fmt: skip
     ok = [
         c.consumers
         for c in result.curve

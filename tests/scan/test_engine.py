@@ -2,6 +2,7 @@
 
 import contextlib
 import json
+import math
 import os
 import re
 import signal
@@ -20,6 +21,7 @@ from feedbench.scan.config import ScanConfig
 from feedbench.scan.consumer import accelerator_utilisation, consumer_units
 from feedbench.scan.results import CacheState, Measurement
 from feedbench.scan.run import scan
+from feedbench.scan.sizing import MIN_BATCHES_PER_WORKER
 from feedbench.scan.sources import detect
 from feedbench.scan.sweep import curve, find_max
 from tests.conftest import interruptible
@@ -213,8 +215,41 @@ def test_fast_data_is_accelerator_bound_and_find_max(dataset):
     assert r.accelerator["samples_per_s"] == 25.0 and r.accelerator["step_s"] == 1 / 25
     fm = r.config["find_max_result"]
     assert fm["tried"] == {"1": True, "2": True} and fm["supported_consumers"] == 2
+    assert fm["undecided"] == {} and fm["undecided_at"] is None  # windows long enough
     assert r.verdict.bound == "accelerator" and r.verdict.supported_consumers == 2
     assert r.verdict.feeds_accelerators == pytest.approx(r.curve[-1].samples_per_s_mean / 25)
+
+
+def test_find_max_stops_at_a_count_whose_window_is_too_short(cli, dataset, tmp_path):
+    """Prefetched batches would decide a short window's AU: find-max neither passes nor fails
+    such a count, stops there, and says so in the terminal, the JSON and the verdict."""
+    images = sum(1 for _ in (dataset / "images").rglob("*.jpg"))
+    batch, warmup = 2, 1
+
+    def measured(n: int) -> int:  # per consumer, after the warm-up (DistributedSampler shards)
+        return math.ceil(math.ceil(images / n) / batch) - warmup
+
+    need = MIN_BATCHES_PER_WORKER  # no loader workers: one batch ready ahead
+    assert measured(2) >= need > measured(4)  # the data this test is built on
+    out = tmp_path / "r.json"
+    # a slow accelerator and a low target: 1 and 2 consumers pass, whatever else runs here
+    r = cli("scan", str(dataset / "images"), "--stages", "read", "-b", str(batch), "--workers",
+            "0", "--rate", "20", "--target-au", "0.5", "--find-max", "--max-consumers", "8",
+            "--passes", "warm", "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 0, r.err  # measured and written, marked not valid for sizing
+    result = scan_results.load(out)
+    fm = result.config["find_max_result"]
+    assert fm["tried"] == {"1": True, "2": True, "4": None} and fm["undecided_at"] == 4
+    assert fm["undecided"] == {"4": {"measured_batches": measured(4), "batches_needed": need}}
+    assert fm["supported_consumers"] == result.verdict.supported_consumers == 2
+    note = (
+        f"find-max: 4 consumers undecided ({measured(4)} measured batches per consumer, needs ≥ "
+        f"{need}: prefetched batches would decide its AU); the search stopped at 4, supported "
+        "consumers at least 2"
+    )
+    assert note in result.verdict.text and not result.sizing.valid
+    flat = " ".join(r.out.split())
+    assert "tried 1✓, 2✓, 4?" in flat and f"{note} (not valid for sizing)" in flat
 
 
 # --- bad input with several consumers ------------------------------------------------------------

@@ -17,6 +17,8 @@ from feedbench.scan.results import (
     ScanResult,
     StageStats,
 )
+from feedbench.scan.sizing import MIN_BATCHES_PER_WORKER, find_max_result, short_count
+from feedbench.scan.sweep import find_max
 from feedbench.scan.verdict import judge
 
 READ_P = Percentiles(0.002, 0.004, 0.008, 0.010)
@@ -202,6 +204,48 @@ def test_a_failed_measurement_is_not_the_reference():
     r = result(READ_ONLY, [consumer(0)])
     r.measurements[0].failed = "stalled"
     assert judge(r) is None
+
+
+def _searched(r: ScanResult, passes: set[int], limit: int = 8) -> None:
+    """find-max over ``r``'s measured counts as a scan runs it: a count whose window is too
+    short is undecided, the others pass when in ``passes``."""
+    found = find_max(lambda n: None if short_count(r, n) else n in passes, limit=limit)
+    r.config["find_max_result"] = find_max_result(r, found, limit)
+
+
+def test_find_max_names_its_undecided_count_and_its_answer_is_a_lower_bound():
+    r = result(STAGES, [consumer(0), consumer(1)], au=0.95, accelerator=PROFILE)
+    (two,) = r.measurements
+    need = MIN_BATCHES_PER_WORKER * two.workers
+    # need batches, one of them warm-up: one short of what 4 consumers' AU is judged by
+    four = [consumer(i, batches=need) for i in range(4)]
+    r.measurements.append(replace(two, consumers=4, per_consumer=four))
+    r.curve.append(replace(r.curve[0], consumers=4))
+    _searched(r, passes={1, 2, 4})
+    fm = r.config["find_max_result"]
+    assert fm["tried"] == {"1": True, "2": True, "4": None} and fm["undecided_at"] == 4
+    assert fm["undecided"] == {"4": {"measured_batches": need - 1, "batches_needed": need}}
+    v = judge(r)
+    assert v.supported_consumers == fm["supported_consumers"] == 2
+    assert v.text.endswith(
+        f"(find-max: 4 consumers undecided ({need - 1} measured batches per consumer, needs ≥ "
+        f"{need}: prefetched batches would decide its AU); the search stopped at 4, supported "
+        "consumers at least 2)"
+    )
+
+
+def test_find_max_undecided_at_one_consumer_supports_no_count():
+    need = MIN_BATCHES_PER_WORKER * 2  # the measurement's 2 workers
+    r = result(STAGES, [consumer(0, batches=2)], au=0.95, accelerator=PROFILE)
+    _searched(r, passes={1})
+    v = judge(r)
+    assert r.config["find_max_result"]["supported_consumers"] is None
+    assert v.supported_consumers is None  # not 0: no count failed either
+    assert v.text.endswith(
+        f"(find-max: 1 consumer undecided (1 measured batch per consumer, needs ≥ {need}: "
+        "prefetched batches would decide its AU); the search stopped at 1, before any count "
+        "passed)"
+    )
 
 
 # --- on real scans: cores kept busy by other processes ----------------------------------------
