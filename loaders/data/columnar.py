@@ -226,9 +226,9 @@ class Footers:
         self.held_bytes = self.parsed = 0
 
 
-# A parsed footer takes a few times its bytes in memory, in every consumer and loader worker:
-# bounded by footer bytes, since a listing may hold thousands of files.
-FOOTERS = Footers(budget=16 << 20)
+# Bounded by footer bytes, since a listing may hold thousands of files: parsed, a footer takes
+# several times its bytes (BENCHMARKS.md), in every consumer and loader worker.
+FOOTERS = Footers(budget=4 << 20)
 
 
 def decode_hdf5(data, meta: dict) -> np.ndarray:
