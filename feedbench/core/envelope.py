@@ -33,12 +33,23 @@ SCHEMA_VERSION = 2
 
 
 @dataclass
+class SkippedFile:
+    """A file listing left out (an image outside a class folder, a file of another format, an
+    unreadable one), and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass
 class DatasetInfo:
     path: str
     format: str  # "tree" / "shards"
     files: int
     bytes: int
     samples: int | None  # known up front for trees; counted during the scan for shards
+    skipped_files: int = 0  # files listing left out, wholly or in part (a cut-off TFRecord tail)
+    skipped: list[SkippedFile] = field(default_factory=list)  # the first few of them
 
 
 @dataclass

@@ -283,6 +283,7 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         bytes=source.total_bytes(),
         samples=source.samples_hint(),
     )
+    dataset.skipped_files, dataset.skipped = source.skipped()
     cfg = config.as_dict() | {"batch_size": p.batch_size}
     if is_user_spec(config.loader):
         cfg["loader_code"] = resolve(config.loader).describe()
@@ -290,7 +291,7 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         **envelope("scan", cfg, config.path),
         dataset=dataset,
         accelerator=p.accelerator,
-        warnings=list(notes) + p.warnings,
+        warnings=list(notes) + p.warnings + skipped_warning(dataset),
     )
     ram = psutil.virtual_memory().total
     caveat = client_cache_caveat(result.system) if result.system else None
@@ -303,6 +304,17 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
             "shows first-epoch speed, the warm pass later epochs"
         )
     return result
+
+
+def skipped_warning(dataset: DatasetInfo, named: int = 3) -> list[str]:
+    """One warning on the files listing left out, naming the first ``named``; none if none."""
+    n = dataset.skipped_files
+    if not n:
+        return []
+    which = "; ".join(f"{s.path}: {s.reason}" for s in dataset.skipped[:named])
+    more = f"; and {n - named} more" if n > named else ""
+    files = "1 file" if n == 1 else f"{n} files"
+    return [f"{files} left out when listing: {which}{more}"]
 
 
 def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:

@@ -10,8 +10,8 @@ bytes alone:
   chunks, no compression), so row ``i`` lies at the dataset's offset + ``i`` × row bytes;
   decode = the row as a numpy array.
 * ``parquet``: a sample is one row group, the bytes of all its column chunks; decode = pyarrow
-  reading that row group from those bytes and the file's footer (kept from the listing), as an
-  Arrow table.
+  reading that row group from those bytes and the file's footer (kept from the listing, parsed
+  once per process: :data:`FOOTERS`), as an Arrow table.
 * ``parquet:rows=N``: a sample is N consecutive rows of a file (the file's last sample holds
   what is left: fewer rows, kept and counted as one sample); its bytes are the row group(s)
   holding those rows, read whole, and decode slices the N rows out. pyarrow does not read
@@ -29,6 +29,7 @@ import importlib
 import io
 import math
 import os
+from collections import OrderedDict
 
 import numpy as np
 
@@ -188,6 +189,48 @@ class _Known(io.RawIOBase):
         return want
 
 
+class Footers:
+    """Parsed Parquet footers keyed by their bytes, the least recently used dropped once the
+    footers held pass ``budget`` bytes (a footer larger than that is parsed and not kept).
+
+    Keyed by content, not by path: the same bytes are the same metadata, so nothing goes stale
+    and a copy of the listing (pickled to a consumer, inherited by a forked loader worker) finds
+    the same entries. One per process, used by one thread at a time (a consumer or a loader
+    worker decodes in one). It holds metadata only: a sample's bytes are always read."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self._held: OrderedDict[bytes, object] = OrderedDict()
+        self.held_bytes = 0
+        self.parsed = 0  # footers parsed so far (cache misses)
+
+    def get(self, footer: bytes):
+        """``footer``'s metadata (a ``pyarrow.parquet.FileMetaData``), parsed if not held."""
+        md = self._held.get(footer)  # bytes cache their hash: a hit does not rehash the footer
+        if md is not None:
+            self._held.move_to_end(footer)
+            return md
+        pq = _require("pyarrow.parquet", "parquet")
+        md = pq.read_metadata(io.BytesIO(b"PAR1" + footer))
+        self.parsed += 1
+        if len(footer) <= self.budget:
+            self._held[footer] = md
+            self.held_bytes += len(footer)
+            while self.held_bytes > self.budget:
+                old, _ = self._held.popitem(last=False)
+                self.held_bytes -= len(old)
+        return md
+
+    def clear(self) -> None:
+        self._held.clear()
+        self.held_bytes = self.parsed = 0
+
+
+# Bounded by footer bytes, since a listing may hold thousands of files: parsed, a footer takes
+# several times its bytes (BENCHMARKS.md), in every consumer and loader worker.
+FOOTERS = Footers(budget=4 << 20)
+
+
 def decode_hdf5(data, meta: dict) -> np.ndarray:
     return np.frombuffer(data, dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
 
@@ -196,7 +239,7 @@ def decode_parquet(data, meta: dict, offset: int, row: int = 0):
     """The sample at ``offset`` as an Arrow table, from its bytes and the file's footer: its row
     group, or (``parquet:rows=N``) the N rows from ``row`` sliced out of the groups read."""
     pq = _require("pyarrow.parquet", "parquet")
-    footer = pq.read_metadata(io.BytesIO(b"PAR1" + meta["footer"]))
+    footer = FOOTERS.get(meta["footer"])  # parsed once per process, not once per sample
     known = _Known(meta["size"], offset, bytes(data))
     reader = pq.ParquetFile(known, metadata=footer, pre_buffer=False)
     group = meta["starts"].index(offset)

@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 
 from feedbench.scan.sources import detect
+from loaders.data import columnar
+from loaders.data.records import RecordFormatError
 
 pa = pytest.importorskip(
     "pyarrow", reason="Parquet needs pyarrow: pip install 'feedbench[formats]'"
@@ -98,6 +100,45 @@ def test_without_rows_a_sample_is_still_a_row_group(tmp_path):
     sizes = [size for name in sorted(tables) for *_, size in _group_bytes(tmp_path / name)]
     assert [s.read_bytes for s in samples] == sizes
     assert [source.decode(s).num_rows for s in samples] == [r for g in GROUPS.values() for r in g]
+
+
+def test_each_footer_is_parsed_once_and_every_sample_still_read_and_decoded(tmp_path):
+    tables = _files(tmp_path)
+    n = 97
+    source, _ = detect(str(tmp_path), f"parquet:rows={n}")
+    want = [b for name in sorted(tables) for b in _sample_bytes(tmp_path / name, n)]
+    whole = pa.concat_tables([tables[k] for k in sorted(tables)])
+    columnar.FOOTERS.clear()
+    for _ in range(2):  # the second pass finds every footer parsed
+        samples = list(source.iter_samples(range(source.units())))
+        assert [s.read_bytes for s in samples] == want  # the cache holds metadata, not data
+        decoded = [source.decode(s) for s in samples]
+        assert columnar.FOOTERS.parsed == len(tables)  # once per file, not once per sample
+        assert pa.concat_tables(decoded).equals(whole)
+    first = samples[0]
+    first.data[:] = 0  # its bytes spoiled, its footer held: decoding reads the bytes again
+    with pytest.raises(RecordFormatError, match="not a readable parquet sample"):
+        source.decode(first)
+
+
+def test_held_footers_stay_within_their_budget_least_recently_used_out(tmp_path):
+    _files(tmp_path)
+    _write(tmp_path, "c.parquet", [50, 60], seed=9)
+    source, _ = detect(str(tmp_path), "parquet")
+    a, b, c = (m["footer"] for m in source.table.meta)
+    footers = columnar.Footers(budget=len(a) + len(b) + len(c) - 1)  # two fit, not three
+    for footer in (a, b, a, c):  # c pushes out b, the least recently used
+        footers.get(footer)
+    assert footers.parsed == 3 and footers.held_bytes == len(a) + len(c)
+    footers.get(a)
+    assert footers.parsed == 3  # held
+    footers.get(b)
+    assert footers.parsed == 4 and footers.held_bytes == len(a) + len(b) <= footers.budget
+    want = pq.ParquetFile(tmp_path / "a.parquet").metadata
+    assert footers.get(a).equals(want) and footers.parsed == 4
+    tiny = columnar.Footers(budget=len(a) - 1)  # a footer larger than the budget: not kept
+    assert tiny.get(a).equals(want) and tiny.get(a).equals(want)
+    assert tiny.parsed == 2 and tiny.held_bytes == 0
 
 
 def _scan(cli, target: str, n: int, out: Path) -> dict:
