@@ -61,8 +61,9 @@ ReadThread = Annotated[
 StallTimeout = Annotated[
     float,
     typer.Option(
-        help="Seconds without a byte read or a batch taken by any consumer after which the "
-        "storage counts as stalled: the measurement is marked failed, every process ended, exit 3."
+        help="Seconds without a byte read or a batch taken by any consumer (under torchrun: by "
+        "one rank, while not waiting for the others) after which the storage counts as stalled: "
+        "the measurement is marked failed, every process ended, exit 3."
     ),
 ]
 Loader = Annotated[
@@ -262,9 +263,16 @@ def consumer(**options) -> None:
                 raise FeedbenchError(f"--{name.replace('_', '-')}: torchrun sets the world size")
         config = scan_config(options)
         target = results_path(options.get("json_out"), "scan")
-        result = run_under_torchrun(config, on_update=lambda r: save(r, target))
+        plots = options.get("plots", True)
+
+        def stalled(result, error: FeedbenchError) -> None:  # on the stall watch's thread
+            if result is not None:
+                write_outputs(result, target, plots)
+            error_line(error)
+
+        result = run_under_torchrun(config, on_update=lambda r: save(r, target), on_stalled=stalled)
         if result is not None:
-            write_outputs(result, target, options.get("plots", True))
+            write_outputs(result, target, plots)
             problem = outcome(result)  # as for a local scan: written, then one line
             if problem:
                 raise problem

@@ -4,24 +4,34 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 
 from feedbench.core.envelope import HostInfo
-from feedbench.core.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.rank import RankOutcome, run_rank
+from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
-from feedbench.scan.run import _absorb, _finish, new_result, validate
+from feedbench.scan.run import _absorb, _finish, _in_flight, new_result, validate
 from feedbench.scan.sweep import curve
 from loaders import default_workers
 
+# (rank 0's result, or None on another rank; the error to tell): the results written, the
+# error said; called on the stall watch's thread, before the rank leaves with exit code 3
+OnStalled = Callable[[ScanResult | None, FeedbenchError], None]
+
 
 def run_under_torchrun(
-    config: ScanConfig, on_update: Callable[[ScanResult], None] | None = None
+    config: ScanConfig,
+    on_update: Callable[[ScanResult], None] | None = None,
+    on_stalled: OnStalled | None = None,
 ) -> ScanResult | None:
-    """This process is one rank started by torchrun; rank 0 returns the result, others None."""
+    """This process is one rank started by torchrun; rank 0 returns the result, others None.
+    A stall of any rank (none of its progress for ``config.stall_timeout_s``) ends every rank:
+    see :mod:`feedbench.scan.rankwatch` and ``on_stalled``."""
     from loaders.dist import discover
 
     d = discover()
@@ -34,31 +44,24 @@ def run_under_torchrun(
     result = new_result(config, source, notes, p) if d.rank == 0 else None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size))
     workers = config.workers if config.workers is not None else default_workers(local, minimum=0)
+    kept = _Kept(result, config, workers, local, on_update)
 
-    def keep(o: RankOutcome) -> None:
-        assert result is not None
-        _absorb(result, [o])
-        result.curve = curve(result.measurements)
-        if on_update:
-            on_update(result)
+    def stalled(message: str) -> None:
+        error = kept.stalled(message)
+        if on_stalled is not None:
+            on_stalled(kept.result, error)
 
-    def hosts(per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, with its ranks
-        assert result is not None
-        machines: dict[str, RankHosts] = {}
-        for rank, h in enumerate(per_rank):
-            machines.setdefault(h.hostname, RankHosts([], h)).ranks.append(rank)
-        result.hosts = list(machines.values())  # written with the first measurement
-
-    t0 = time.perf_counter()
     # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
     # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
     # in a collective only sees it on its way back to Python; until then the results file holds
     # every measurement finished so far (on_update).
     try:
-        with sigterm_as_interrupt():
+        with sigterm_as_interrupt(), RankWatch(d.rank, d.world_size, config.stall_timeout_s,
+                                               stalled) as watch:  # fmt: skip
             run_rank(
                 d.rank, d.world_size, d.local_rank, config, "env://", workers,
-                keep if d.rank == 0 else None, on_hosts=hosts, gather_hosts=True,
+                kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
+                gather_hosts=True,
             )  # fmt: skip
     except KeyboardInterrupt:
         if result is None:
@@ -68,10 +71,56 @@ def run_under_torchrun(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if result is not None:
-        result.config["torchrun"] = {
-            "world_size": d.world_size,
-            "local_world_size": local,
-            "elapsed_s": time.perf_counter() - t0,
-        }
-        _finish(result, config)
+        kept.close()
     return result
+
+
+class _Kept:
+    """Rank 0's result as the measurements come (``result`` None on the other ranks); ``lock``:
+    the stall watch's thread may end it while the main thread is in :meth:`keep`."""
+
+    def __init__(self, result, config: ScanConfig, workers: int, local: int, on_update) -> None:
+        self.result: ScanResult | None = result
+        self.config, self.workers, self.local, self.on_update = config, workers, local, on_update
+        self.lock = threading.Lock()
+        self.t0 = time.perf_counter()
+
+    def keep(self, o: RankOutcome) -> None:
+        assert self.result is not None
+        with self.lock:
+            _absorb(self.result, [o])
+            self.result.curve = curve(self.result.measurements)
+            if self.on_update:
+                self.on_update(self.result)
+
+    def hosts(self, per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, its ranks
+        assert self.result is not None
+        machines: dict[str, RankHosts] = {}
+        for rank, h in enumerate(per_rank):
+            machines.setdefault(h.hostname, RankHosts([], h)).ranks.append(rank)
+        self.result.hosts = list(machines.values())  # written with the first measurement
+
+    def stalled(self, message: str) -> FeedbenchError:
+        """The measurement in flight marked failed by the stall, the result finished (rank 0);
+        the error to tell. Holds the lock: the process leaves after this, keep() never again."""
+        self.lock.acquire()
+        r, world = self.result, self.config.consumers[0]
+        if r is None:
+            return MeasurementFailed(message)
+        failed = _in_flight(self.config, world, self.workers, len(r.measurements), message)
+        _absorb(r, [failed])
+        m = failed.measurement
+        r.partial = True
+        r.failure = f"{world} consumer{'s' if world != 1 else ''}, {m.pass_name} pass: {message}"
+        self.close()
+        return MeasurementFailed(r.failure)
+
+    def close(self) -> None:
+        assert self.result is not None
+        self.result.curve = curve(self.result.measurements)
+        self.result.config["torchrun"] = {
+            "world_size": self.config.consumers[0],
+            "local_world_size": self.local,
+            "elapsed_s": time.perf_counter() - self.t0,
+        }
+        _finish(self.result, self.config)

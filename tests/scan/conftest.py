@@ -59,6 +59,48 @@ def failing_http(status: int, message: str):
         server.server_close()
 
 
+class HangingHttp:
+    """A real loopback web server over a folder (index pages, as ``python -m http.server``)
+    that stops answering one object: the GETs of URL path ``hang`` (set it once the server is
+    up) after the first ``answered`` are held without a reply until the server closes (a store
+    that stops answering for that object)."""
+
+    def __init__(self, root: Path, answered: int) -> None:
+        import functools
+        import http.server
+        import threading
+
+        self.hang: str | None = None
+        self.answered, self.gets = answered, 0
+        self.hung_at: float | None = None  # time.monotonic() of the first held GET
+        self.release = threading.Event()
+        watch = self
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == watch.hang:
+                    watch.gets += 1  # (one GET per read: the reads of one path come in turn)
+                    if watch.gets > watch.answered:
+                        watch.hung_at = watch.hung_at or time.monotonic()
+                        watch.release.wait()
+                        return
+                super().do_GET()
+
+            def log_message(self, *args):
+                pass
+
+        handler = functools.partial(Handler, directory=str(root))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
