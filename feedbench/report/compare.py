@@ -19,10 +19,11 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
-from feedbench.report.fmt import fed_text
+from feedbench.report.fmt import fed_text, supported_text
 from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
+from feedbench.scan.sizing import stopped_undecided
 from feedbench.scan.sweep import curve_points
 
 SAME_DATA_TOLERANCE = 0.01  # datasets whose bytes differ by more than this are "other data"
@@ -55,6 +56,7 @@ class Column:
     bound: str | None = None
     resource: str | None = None
     supported_consumers: int | None = None
+    supported_at_least: bool = False  # find-max stopped undecided: a lower bound ("≥ N")
     feeds_accelerators: float | None = None
     failed: list[str] = field(default_factory=list)  # measurements that failed: no points
     storage: str | None = None  # where the bytes came from: "nfs4 from srv:/x", "s3 at host"
@@ -172,6 +174,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         bound=v.bound if v else None,
         resource=v.resource if v else None,
         supported_consumers=v.supported_consumers if v else None,
+        supported_at_least=stopped_undecided(cfg.get("find_max_result")),
         feeds_accelerators=v.feeds_accelerators if v else None,
         failed=[
             f"{m.consumers} consumers, {m.pass_name}: {m.failed}"
@@ -336,7 +339,10 @@ def summarize(columns: list[Column], common: list[int]) -> list[str]:
         if fed is not None:
             parts.append(f"feeds {fed_text(fed)} × {c.accelerator} at the target AU")
         elif c.supported_consumers is not None:
-            parts.append(f"feeds {c.supported_consumers} of {c.accelerator} at the target AU")
+            n = supported_text(c.supported_consumers, c.supported_at_least)
+            parts.append(f"feeds {n} of {c.accelerator} at the target AU")
+        elif c.supported_at_least:
+            parts.append("find-max stopped undecided before any count passed")
         elif c.feeds_accelerators is not None and c.accelerator:
             parts.append(f"≈ {c.feeds_accelerators:.1f}× the appetite of one {c.accelerator}")
         if c.bound:
