@@ -1,7 +1,9 @@
 """``feedbench compare``: several scan results side by side, for storage and host procurement.
 
 Everything comes from the results files (never re-measured): per file its host, data, settings,
-scaling curve (mean ± std over repeats at each consumer count) and verdict. The comparison says
+scaling curve (mean ± std over repeats at each consumer count) and verdict; its sizing is
+recomputed from its measurements by today's rules (:mod:`feedbench.report.current_rules`), so
+that files of different feedbench versions are judged alike. The comparison says
 which setup delivers more at each consumer count that all of them measured, and whether the
 difference is larger than the measurements' own spread; and it warns when the files did not
 measure the same thing (other data, stages, batch, cache state, emulated accelerator), because a
@@ -19,9 +21,9 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.report.current_rules import load_scan
 from feedbench.report.fmt import fed_text, supported_text
 from feedbench.report.sut import system_facts
-from feedbench.scan import results as scan_results
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
 from feedbench.scan.sizing import stopped_undecided
 from feedbench.scan.sweep import curve_points
@@ -366,7 +368,9 @@ def compare(
     names = _labels(paths, labels)
     if len(set(names)) != len(names):
         raise FeedbenchError(f"labels must differ (got {', '.join(names)})")
-    results = [scan_results.load(p) for p in paths]
+    loaded = [load_scan(p) for p in paths]  # each judged by today's sizing rules
+    results = [r for r, _ in loaded]
+    rejudged = [w for _, w in loaded if w]
     passes = {m.pass_name for r in results for m in r.measurements} | {
         p.pass_name for r in results for p in r.curve
     }
@@ -389,7 +393,7 @@ def compare(
         rankings=ranks,
         summary=summarize(columns, common),
         winner=winner(columns),
-        warnings=comparability(columns),
+        warnings=rejudged + comparability(columns),
     )
 
 
