@@ -1,7 +1,9 @@
 """``feedbench compare``: several scan results side by side, for storage and host procurement.
 
 Everything comes from the results files (never re-measured): per file its host, data, settings,
-scaling curve (mean ± std over repeats at each consumer count) and verdict. The comparison says
+scaling curve (mean ± std over repeats at each consumer count) and verdict; its sizing is
+recomputed from its measurements by today's rules (:mod:`feedbench.report.current_rules`), so
+that files of different feedbench versions are judged alike. The comparison says
 which setup delivers more at each consumer count that all of them measured, and whether the
 difference is larger than the measurements' own spread; and it warns when the files did not
 measure the same thing (other data, stages, batch, cache state, emulated accelerator), because a
@@ -19,10 +21,11 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
-from feedbench.report.fmt import fed_text
+from feedbench.report.current_rules import load_scan
+from feedbench.report.fmt import fed_text, supported_text
 from feedbench.report.sut import system_facts
-from feedbench.scan import results as scan_results
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
+from feedbench.scan.sizing import stopped_undecided
 from feedbench.scan.sweep import curve_points
 
 SAME_DATA_TOLERANCE = 0.01  # datasets whose bytes differ by more than this are "other data"
@@ -55,6 +58,7 @@ class Column:
     bound: str | None = None
     resource: str | None = None
     supported_consumers: int | None = None
+    supported_at_least: bool = False  # find-max stopped undecided: a lower bound ("≥ N")
     feeds_accelerators: float | None = None
     failed: list[str] = field(default_factory=list)  # measurements that failed: no points
     storage: str | None = None  # where the bytes came from: "nfs4 from srv:/x", "s3 at host"
@@ -172,6 +176,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         bound=v.bound if v else None,
         resource=v.resource if v else None,
         supported_consumers=v.supported_consumers if v else None,
+        supported_at_least=stopped_undecided(cfg.get("find_max_result")),
         feeds_accelerators=v.feeds_accelerators if v else None,
         failed=[
             f"{m.consumers} consumers, {m.pass_name}: {m.failed}"
@@ -336,7 +341,10 @@ def summarize(columns: list[Column], common: list[int]) -> list[str]:
         if fed is not None:
             parts.append(f"feeds {fed_text(fed)} × {c.accelerator} at the target AU")
         elif c.supported_consumers is not None:
-            parts.append(f"feeds {c.supported_consumers} of {c.accelerator} at the target AU")
+            n = supported_text(c.supported_consumers, c.supported_at_least)
+            parts.append(f"feeds {n} of {c.accelerator} at the target AU")
+        elif c.supported_at_least:
+            parts.append("find-max stopped undecided before any count passed")
         elif c.feeds_accelerators is not None and c.accelerator:
             parts.append(f"≈ {c.feeds_accelerators:.1f}× the appetite of one {c.accelerator}")
         if c.bound:
@@ -360,7 +368,9 @@ def compare(
     names = _labels(paths, labels)
     if len(set(names)) != len(names):
         raise FeedbenchError(f"labels must differ (got {', '.join(names)})")
-    results = [scan_results.load(p) for p in paths]
+    loaded = [load_scan(p) for p in paths]  # each judged by today's sizing rules
+    results = [r for r, _ in loaded]
+    rejudged = [w for _, w in loaded if w]
     passes = {m.pass_name for r in results for m in r.measurements} | {
         p.pass_name for r in results for p in r.curve
     }
@@ -383,7 +393,7 @@ def compare(
         rankings=ranks,
         summary=summarize(columns, common),
         winner=winner(columns),
-        warnings=comparability(columns),
+        warnings=rejudged + comparability(columns),
     )
 
 

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.compare import Column, Comparison, SystemRow
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, supported_text
 from feedbench.scan.results import CurvePoint
 
 
@@ -29,7 +29,8 @@ def _systems_table(cols: list[Column]) -> Table:
     rows = [(c, c.system) for c in cols if c.system is not None]
     priced = any(r.cost_usd for _, r in rows)
     several = any(r.clients > 1 for _, r in rows)
-    heads = ["system", "fed", "N", "MB/s", "files/s", "read p99"]
+    found = any(c.supported_consumers is not None or c.supported_at_least for c, _ in rows)
+    heads = ["system", "fed", "N"] + ["supported"] * found + ["MB/s", "files/s", "read p99"]
     heads += ["clients"] * several + ["$/fed"] * priced + ["sizing"]
     table = Table(title="systems", title_justify="left")
     for name in heads:
@@ -41,6 +42,7 @@ def _systems_table(cols: list[Column]) -> Table:
             c.label,
             fed_text(r.accelerators_fed, r.accelerators_fed_std),
             str(r.consumers or "—"),
+            *[supported_text(c.supported_consumers, c.supported_at_least)] * found,
             f"{r.mb_per_s:,.0f}" if r.mb_per_s is not None else "—",
             f"{r.files_per_s:,.0f}" if r.files_per_s is not None else "—",
             f"{r.read_p99_ms:.1f} ms" if r.read_p99_ms is not None else "—",

@@ -9,7 +9,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from feedbench.report.compare import Column, Comparison
-from feedbench.report.fmt import fed_text
+from feedbench.report.fmt import fed_text, supported_text
 from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, new_figure, save_optional
 from feedbench.scan.results import CurvePoint
 
@@ -66,9 +66,16 @@ def _demand_lines(ax, lines: list[Line], counts: list[int]) -> None:
                 label=f"demand of N × {who} ({rate:,.0f} samples/s each)")  # fmt: skip
     fed = [f"{c.label} {fed_text(c.system.accelerators_fed)}" for c, _, _ in lines
            if c.system is not None and c.system.accelerators_fed is not None]  # fmt: skip
-    if fed:
-        ax.text(0.99, 0.02, "accelerators fed: " + ", ".join(fed), transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=8)  # fmt: skip
+    # "≥ N" where find-max stopped at a count it could not decide: a lower bound, not the answer
+    found = [f"{c.label} {supported_text(c.supported_consumers, c.supported_at_least)}"
+             for c, _, _ in lines
+             if c.supported_consumers is not None or c.supported_at_least]  # fmt: skip
+    notes = (["accelerators fed: " + ", ".join(fed)] if fed else []) + (
+        ["supported consumers: " + ", ".join(found)] if found else []
+    )
+    if notes:
+        ax.text(0.99, 0.02, "\n".join(notes), transform=ax.transAxes, ha="right", va="bottom",
+                fontsize=8)  # fmt: skip
 
 
 def _mb_panel(ax, lines: list[Line]) -> None:

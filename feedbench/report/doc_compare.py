@@ -8,7 +8,7 @@ from pathlib import Path
 
 from feedbench.report.compare import Column, Comparison
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, fmt_s
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, fmt_s, supported_text
 from feedbench.scan.results import NOT_VALID
 
 
@@ -79,10 +79,17 @@ def _row(c: Column) -> Row:
         "fed_std": r.accelerators_fed_std, "target_au": r.target_au, "consumers": r.consumers,
         "samples_per_s": r.samples_per_s, "mb_per_s": r.mb_per_s, "files_per_s": r.files_per_s,
         "read_p99_ms": r.read_p99_ms, "clients": r.clients, "cost_usd": r.cost_usd,
+        "supported": c.supported_consumers, "supported_at_least": c.supported_at_least,
+        "supported_lower_bound": _yes_no(c.supported_at_least)
+        if c.supported_consumers is not None or c.supported_at_least else None,
         "usd_per_fed": r.usd_per_accelerator_fed,
         "valid": None if r.valid_for_sizing is None else ("yes" if r.valid_for_sizing else "no"),
         "not_valid_because": "; ".join(r.not_valid_because),
     }  # fmt: skip
+
+
+def _yes_no(x: bool) -> str:
+    return "yes" if x else "no"
 
 
 COMPARE_CSV = [
@@ -92,6 +99,9 @@ COMPARE_CSV = [
     ("accelerators fed std", "fed_std"),
     ("target AU (0-1)", "target_au"),
     ("at consumers", "consumers"),
+    ("supported consumers (AU ≥ target)", "supported"),
+    # find-max stopped at a count it could not decide: the figure is "at least"
+    ("supported consumers is a lower bound", "supported_lower_bound"),
     ("samples/s mean", "samples_per_s"),
     ("MB/s mean (1 MB = 10^6 B)", "mb_per_s"),
     ("files/s mean", "files_per_s"),
@@ -116,6 +126,15 @@ def systems_table(cols: list[Column]) -> Table:
         Shown("system", lambda r: r["system"], "left"),
         Shown("accelerators fed", lambda r: fed_text(r["fed"], r["fed_std"])),
         Shown("at N", lambda r: dash(r["consumers"])),
+    ]
+    if any(r["supported"] is not None or r["supported_at_least"] for r in rows):
+        columns.append(
+            Shown(
+                "supported consumers",
+                lambda r: supported_text(r["supported"], r["supported_at_least"]),
+            )
+        )
+    columns += [
         Shown("samples/s", lambda r: dash(r["samples_per_s"], fmt_rate)),
         Shown("MB/s", lambda r: dash(r["mb_per_s"], lambda x: f"{x:,.1f}")),
         Shown("files/s", lambda r: dash(r["files_per_s"], fmt_rate)),

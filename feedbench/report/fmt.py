@@ -56,3 +56,11 @@ def rate_bound_text(by_au: float | None, by_rate: float | None) -> str:
         if by_au is not None and by_rate is not None
         else ""
     )
+
+
+def supported_text(n: int | None, at_least: bool = False) -> str:
+    """Supported consumers: "4", or "≥ 4" where find-max stopped at an undecided count (the
+    answer is a lower bound), "undecided" where it stopped before any count passed."""
+    if n is None:
+        return "undecided" if at_least else "—"
+    return f"≥ {n}" if at_least else str(n)

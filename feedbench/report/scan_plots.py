@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import PercentFormatter
 
+from feedbench.report.fmt import supported_text
 from feedbench.report.plotting import (
     _PASS_STYLES,
     _STAGE_COLORS,
@@ -23,6 +24,7 @@ from feedbench.report.plotting import (
     save_optional,
 )
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult
+from feedbench.scan.sizing import stopped_undecided
 from feedbench.scan.sweep import curve_points
 
 
@@ -235,9 +237,11 @@ def au_figure(result: ScanResult, target: float = 0.9) -> Figure | None:
     ax.axhline(target, color="crimson", linewidth=1, label=f"target {target:.0%}")
     supported = result.verdict.supported_consumers if result.verdict else None
     if supported:
+        # find-max stopped at a count it could not decide: the answer is a lower bound
+        at_least = stopped_undecided(result.config.get("find_max_result"))
         ax.axvline(supported, color="gray", linestyle=":", linewidth=1)
         ax.annotate(
-            f"supported: {supported}",
+            f"supported: {supported_text(supported, at_least)}",
             (supported, 0.02),
             xycoords=("data", "axes fraction"),
             xytext=(4, 0),

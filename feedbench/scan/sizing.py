@@ -150,6 +150,12 @@ def find_max_result(result: ScanResult, found: FoundMax, limit: int) -> dict:
     }
 
 
+def stopped_undecided(fm: dict | None) -> bool:
+    """Whether find-max stopped at a count it could not decide: its supported consumers are
+    then a lower bound ("≥ N"), or none passed before it stopped."""
+    return bool(fm) and fm.get("undecided_at") is not None
+
+
 def find_max_note(fm: dict) -> str | None:
     """find-max's undecided counts, why, and what that leaves of its answer, in words (the
     verdict's and the console's); None when it decided every count it probed."""
@@ -212,12 +218,39 @@ def disturbed(result: ScanResult) -> str | None:
     )
 
 
-def broken_rules(result: ScanResult) -> list[str]:
-    """Each sizing rule ``result`` breaks, in words; [] when it follows them all."""
+def not_checkable(result: ScanResult) -> list[str]:
+    """Each sizing rule whose figures ``result`` lacks (a file from an older feedbench), in
+    words: a rule that cannot be checked is not followed, so it too makes the run not valid."""
     out = []
-    ram_bytes = result.host.memory_bytes
+    if result.host is None:
+        out.append(f"the rule data ≥ {DATASET_VS_RAM}× RAM is not checkable: no host recorded")
+    measured = [m for m in result.measurements if not m.failed]
+    blind = [m for m in measured if measured_batches(m, 0) is None]
+    if blind:
+        m = blind[0]
+        out.append(
+            f"the measured-window rule (≥ {MIN_BATCHES_PER_WORKER} batches per batch ready) is not "
+            f"checkable: {len(blind)} of {len(measured)} measurements (first: {m.consumers} "
+            f"consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass) hold no "
+            "per-consumer batch counts"
+        )
+    # the scan watches its own processes in every measurement since the rule came: none
+    # watched is a file from before it (one short measurement may lack a reading, rightly)
+    if measured and all(other_load(m) is None for m in measured):
+        out.append(
+            f"the idle-host rule (other processes ≤ {OTHER_LOAD_CORES:g} cores) is not "
+            "checkable: no measurement recorded the CPU used outside the scan"
+        )
+    return out
+
+
+def broken_rules(result: ScanResult) -> list[str]:
+    """Each sizing rule ``result`` breaks, in words, then each it cannot be checked against
+    (:func:`not_checkable`); [] when it follows them all."""
+    out = []
     size = result.dataset.bytes
-    if size < DATASET_VS_RAM * ram_bytes:
+    ram_bytes = result.host.memory_bytes if result.host else None
+    if ram_bytes is not None and size < DATASET_VS_RAM * ram_bytes:
         out.append(
             f"dataset {size / 1e9:,.2f} GB is under {DATASET_VS_RAM}× this client's RAM "
             f"({ram_bytes / 1e9:,.0f} GB): a client could cache it"
@@ -240,7 +273,7 @@ def broken_rules(result: ScanResult) -> list[str]:
             f"repeats disagree: CV {worst.cv:.0%} at {worst.consumers} consumers "
             f"(needs ≤ {MAX_CV:.0%})"
         )
-    busy = disturbed(result)
+    busy = disturbed(result) if result.host else None
     if busy:
         out.append(busy)
     short = short_rule(result)
@@ -250,7 +283,7 @@ def broken_rules(result: ScanResult) -> list[str]:
         out.append("the scan did not complete" + (f" ({result.failure})" if result.failure else ""))
     if any(m.failed for m in result.measurements):
         out.append("a measurement failed")
-    return out
+    return out + not_checkable(result)
 
 
 def assess(result: ScanResult, target_au: float) -> Sizing:

@@ -8,20 +8,37 @@ import math
 import pytest
 
 from feedbench.core.envelope import DatasetInfo, envelope
-from feedbench.scan.results import CacheState, Measurement, ScanResult
+from feedbench.core.timeline import MonitorSample, Timeline
+from feedbench.scan.results import CacheState, ConsumerStats, Measurement, ScanResult
 from feedbench.scan.sizing import MAX_CV, MIN_BATCHES_PER_WORKER, assess, fed, rate_fed
 from feedbench.scan.sweep import curve
 
 GB = 10**9
 
 
+def _idle(t_s: float = 0.5) -> MonitorSample:
+    """A monitor reading of an idle host: nobody's cores busy, the scan's or others'."""
+    return MonitorSample(t_s=t_s, cpu_percent=[0.0, 0.0], mem_used_bytes=0,
+                         disk_read_bytes_per_s=0.0, disk_read_iops=0.0, net_recv_bytes_per_s=0.0,
+                         own_busy_cores=0.0, other_busy_cores=0.0)  # fmt: skip
+
+
+def _consumer(rank: int, batches: int) -> ConsumerStats:
+    return ConsumerStats(rank=rank, samples=100, files=100, read_bytes=10**6, errors=0,
+                         batches=batches, wall_s=1.0, first_batch_s=0.1, samples_per_s=100.0,
+                         steady_samples_per_s=100.0, stages=[])  # fmt: skip
+
+
 def _measurement(n: int, rate: float, au: float | None, pass_name="cold", resident=0.0):
+    """One measurement with what every sizing rule reads: per-consumer batch counts (enough
+    for one worker) and a monitor that watched the scan's own processes."""
     return Measurement(
         consumers=n, workers=1, pass_name=pass_name, repeat=0, samples=100 * n, files=100 * n,
         read_bytes=10**6 * n, errors=0, batches=10, wall_s=1.0, first_batch_s=0.1,
         samples_per_s=rate, steady_samples_per_s=rate, files_per_s=rate,
-        mb_per_s=rate / 100, stages=[], cache=CacheState(pass_name, resident), per_consumer=[],
-        au_mean=au, au_min=au,
+        mb_per_s=rate / 100, stages=[], cache=CacheState(pass_name, resident),
+        per_consumer=[_consumer(r, 2 * MIN_BATCHES_PER_WORKER) for r in range(n)],
+        au_mean=au, au_min=au, monitor=Timeline(label="", interval_s=0.5, samples=[_idle()]),
     )  # fmt: skip
 
 
@@ -76,14 +93,26 @@ def test_each_broken_rule_makes_the_run_not_valid(change, rule):
     assert z.label().startswith("not valid for sizing: ")
 
 
+def test_a_rule_whose_figures_the_results_lack_is_not_checkable_and_not_valid():
+    """Results from before per-consumer batch counts and the scan's own CPU were recorded: the
+    two rules that read them are named not checkable, never passed silently."""
+    ms = _repeats(2, [100, 100, 100], 0.9)
+    for m in ms:
+        m.per_consumer, m.monitor = [], None
+    z = assess(_result(ms), 0.9)
+    assert not z.valid and len(z.broken) == 2, z.broken
+    assert z.broken[0].startswith("the measured-window rule") and "3 of 3" in z.broken[0]
+    assert z.broken[1].startswith("the idle-host rule") and "not checkable" in z.broken[1]
+    ms[0].monitor = Timeline(label="", interval_s=0.5, samples=[_idle()])  # one watched: checked
+    assert not any("idle-host" in b for b in assess(_result(ms), 0.9).broken)
+
+
 def test_without_an_emulated_step_nothing_is_fed():
     z = assess(_result(_repeats(1, [100, 100, 100], None), accelerator=False), 0.9)
     assert z.accelerators_fed is None and z.target_au is None and z.valid
 
 
 def test_other_processes_busy_during_a_measurement_make_it_not_valid():
-    from feedbench.core.timeline import MonitorSample, Timeline
-
     def sample(t, own):
         return MonitorSample(t_s=t, cpu_percent=[100.0, 100.0], mem_used_bytes=0,
                              disk_read_bytes_per_s=0.0, disk_read_iops=0.0,
