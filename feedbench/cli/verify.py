@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from feedbench.cli import options as o
 from feedbench.cli.app import app, default_data, err, out, results_path
 from feedbench.core.errors import EXIT_INTERRUPTED, MeasurementFailed
+
+if TYPE_CHECKING:
+    from feedbench.verify.config import VerifyConfig
+    from feedbench.verify.results import VerifyResult
 
 LoaderNames = Annotated[
     str | None,
@@ -118,53 +123,73 @@ def verify(
 
     Batch sizes are per GPU with --scaling weak, global with strong (default 256; CPU: 16);
     warm-up steps default to 20 (CPU: 5)."""
+    config = verify_config(locals())
+    target = results_path(json_out, "verify")
+    result = run_with_status(config, target)
+    write_outputs(result, target, plots)
+    finish(result, target)
+
+
+def verify_config(options: dict) -> VerifyConfig:
+    """A VerifyConfig from the command's options (its ``locals()``); the checks that need this
+    machine or the data are the plan's."""
     from feedbench.core.choices import parse_counts
-    from feedbench.core.envelope import save
-    from feedbench.core.redact import scrub
-    from feedbench.report.verify_console import render_verify
-    from feedbench.report.verify_plots import write_plots
     from feedbench.verify.config import VerifyConfig
     from feedbench.verify.loaders import parse_loaders
-    from feedbench.verify.run import failure
+
+    data, loader = options["data"], options["loader"]
+    return VerifyConfig(
+        data=data if data is not None else default_data(),
+        gpus=parse_counts(options["consumers"], "--consumers"),
+        loaders=parse_loaders(loader) if loader is not None else None,
+        synthetic=options["synthetic"],
+        model=options["model"],
+        steps=options["steps"],
+        warmup=options["warmup"],
+        batch_size=options["batch_size"],
+        scaling=options["scaling"],
+        image_size=options["image_size"],
+        workers=options["workers"],
+        loader_options=tuple(options["loader_option"] or ()),
+        stream_priority=options["stream_priority"].strip().lower(),
+        ddp_options=tuple(options["ddp_option"] or ()),
+        compile=options["compile_mode"].strip().lower(),
+        cpu_affinity=options["cpu_affinity"].strip().lower(),
+        sync_each_step=options["sync_each_step"],
+        device=options["device"],
+        seed=options["seed"],
+        target_au=options["target_au"],
+        run_timeout_s=options["run_timeout"],
+        keep_going=options["keep_going"],
+    )
+
+
+def run_with_status(config: VerifyConfig, target: Path) -> VerifyResult:
+    """Plan and run every job, the current step on one status line; the results file is
+    rewritten after each run, so a verify that dies keeps the runs it finished."""
+    from feedbench.core.envelope import save
     from feedbench.verify.run import verify as run_verify
 
-    config = VerifyConfig(
-        data=data if data is not None else default_data(),
-        gpus=parse_counts(consumers, "--consumers"),
-        loaders=parse_loaders(loader) if loader is not None else None,
-        synthetic=synthetic,
-        model=model,
-        steps=steps,
-        warmup=warmup,
-        batch_size=batch_size,
-        scaling=scaling,
-        image_size=image_size,
-        workers=workers,
-        loader_options=tuple(loader_option or ()),
-        stream_priority=stream_priority.strip().lower(),
-        ddp_options=tuple(ddp_option or ()),
-        compile=compile_mode.strip().lower(),
-        cpu_affinity=cpu_affinity.strip().lower(),
-        sync_each_step=sync_each_step,
-        device=device,
-        seed=seed,
-        target_au=target_au,
-        run_timeout_s=run_timeout,
-        keep_going=keep_going,
-    )
-    target = results_path(json_out, "verify")
     status = err.status("planning…")
 
     def on_run(name: str, g: int, i: int, total: int) -> None:
         status.update(f"run {i + 1}/{total}: {name} on {g}…")
 
     with status:
-        result = run_verify(
+        return run_verify(
             config,
             log_dir=str(target.parent / f"{target.stem}-logs"),
             on_update=lambda r: save(r, target),
             on_run=on_run,
         )
+
+
+def write_outputs(result: VerifyResult, target: Path, plots: bool) -> None:
+    from feedbench.core.envelope import save
+    from feedbench.core.redact import scrub
+    from feedbench.report.verify_console import render_verify
+    from feedbench.report.verify_plots import write_plots
+
     save(result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
     render_verify(result, out)
@@ -173,6 +198,12 @@ def verify(
         written = write_plots(result, target.parent, target.stem)
         if written:
             out.print("plots: " + ", ".join(str(p) for p in written))
+
+
+def finish(result: VerifyResult, target: Path) -> None:
+    """The exit status: interrupted, a failed run (a measurement failure), or success."""
+    from feedbench.verify.run import failure
+
     if result.stopped_by == "interrupted":
         err.print("interrupted: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -22,6 +22,7 @@ import psutil
 
 from feedbench.core.envelope import DatasetInfo, envelope
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
+from feedbench.core.listing import skipped_files, skipped_warning
 from feedbench.core.supervise import (
     Interrupted,
     Watchdog,
@@ -283,7 +284,7 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         bytes=source.total_bytes(),
         samples=source.samples_hint(),
     )
-    dataset.skipped_files, dataset.skipped = source.skipped()
+    dataset.skipped_files, dataset.skipped = skipped_files(source.layout.skipped)
     cfg = config.as_dict() | {"batch_size": p.batch_size}
     if is_user_spec(config.loader):
         cfg["loader_code"] = resolve(config.loader).describe()
@@ -304,17 +305,6 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
             "shows first-epoch speed, the warm pass later epochs"
         )
     return result
-
-
-def skipped_warning(dataset: DatasetInfo, named: int = 3) -> list[str]:
-    """One warning on the files listing left out, naming the first ``named``; none if none."""
-    n = dataset.skipped_files
-    if not n:
-        return []
-    which = "; ".join(f"{s.path}: {s.reason}" for s in dataset.skipped[:named])
-    more = f"; and {n - named} more" if n > named else ""
-    files = "1 file" if n == 1 else f"{n} files"
-    return [f"{files} left out when listing: {which}{more}"]
 
 
 def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:

@@ -21,7 +21,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from feedbench.core.envelope import SkippedFile
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.supervise import environ
 from feedbench.scan.cache import device_read_ahead
@@ -40,7 +39,6 @@ from loaders.data.tar import timed_open
 from loaders.errors import LoaderError
 
 LISTING_ENV = "FEEDBENCH_LISTING"  # a listing the parent made, for the consumers it starts
-SKIPPED_NAMED = 5  # files listing left out that the results name (the rest are counted)
 
 
 class Source:
@@ -94,16 +92,6 @@ class Source:
 
     def label(self, index: int) -> int:
         return int(self._labels[index]) if len(self._labels) else 0
-
-    def skipped(self) -> tuple[int, list[SkippedFile]]:
-        """How many files listing left out (every format: an image outside a class folder, a
-        file of another format, an unreadable or empty data file), and the first few, why."""
-        found = self.layout.skipped
-        named = found[:SKIPPED_NAMED]
-        return len(found), [SkippedFile(self._shown(s.path), s.reason) for s in named]
-
-    def _shown(self, path: str) -> str:
-        return remote_io.redact_url(path) if self.remote else path
 
     def sample_is_file(self) -> bool:
         """Whether each sample is a file of its own (an image, an npz), counted as a file."""

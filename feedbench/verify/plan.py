@@ -9,6 +9,7 @@ from typing import Any
 
 from feedbench.core.envelope import DatasetInfo, envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.listing import skipped_files, skipped_warning
 from feedbench.scan.factory import resolve as resolve_factory
 from feedbench.verify.config import (
     COMPILE_MODES,
@@ -64,7 +65,7 @@ def count_samples(path: str) -> tuple[DatasetInfo, int]:
 
     try:
         layout = locate(path)
-        n = len(open_index(layout))
+        index = open_index(layout)
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
     info = DatasetInfo(
@@ -72,9 +73,11 @@ def count_samples(path: str) -> tuple[DatasetInfo, int]:
         format=layout.kind,
         files=len(layout.files),
         bytes=layout.total_bytes,
-        samples=n,
+        samples=len(index),
     )
-    return info, n
+    # the index's list, not the layout's: it adds what reading the shards' headers left out
+    info.skipped_files, info.skipped = skipped_files(index.skipped)
+    return info, len(index)
 
 
 def describe(path: str) -> tuple[DatasetInfo, int | None]:
@@ -233,10 +236,12 @@ def choose_loaders(config: VerifyConfig, device: str, warnings: list[str]) -> li
 
 
 def count_sources(
-    data: str, sources: dict[str, str], real: list[str]
+    data: str, sources: dict[str, str], real: list[str], warnings: list[str]
 ) -> tuple[dict[str, int], DatasetInfo]:
     """Samples in each source the loaders read, and the dataset to describe (the baseline's, or
-    the first loader's; the data itself when only synthetic runs)."""
+    the first loader's; the data itself when only synthetic runs). What listing left out is
+    told in ``warnings`` for every source, not only the one described: on a sample root the
+    wds loader reads shards the results do not describe."""
     if not (os.path.exists(data) or "{" in data or glob.has_magic(data)):
         raise FeedbenchError(f"no such file or directory: {data}")
     samples: dict[str, int] = {}
@@ -258,6 +263,9 @@ def count_sources(
     if dataset is None:  # synthetic only: describe the data anyway
         dataset, n = count_samples(data)
         samples[data] = n
+        infos[data] = dataset
+    for info in infos.values():
+        warnings += skipped_warning(info)
     return samples, dataset
 
 
@@ -299,7 +307,7 @@ def plan(config: VerifyConfig) -> Plan:
     order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
     # the data: it must exist, and hold a full batch per rank at the largest count
     sources = sources_for(config.data) | {n: config.data for n in real if is_user(n)}
-    samples, dataset = count_sources(config.data, sources, real)
+    samples, dataset = count_sources(config.data, sources, real, warnings)
     # a factory batches its own way (a partial last batch, its own sampler): not checked here
     counts = {n: (sources[n], samples[sources[n]]) for n in real if not is_user(n)}
     check_batches(config, s, counts, warnings)

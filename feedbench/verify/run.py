@@ -22,7 +22,14 @@ from feedbench.core.supervise import Interrupted, sigterm_as_interrupt
 from feedbench.core.timeline import Timeline, summarize
 from feedbench.verify.analysis import compare, summarize_run
 from feedbench.verify.config import Plan, VerifyConfig
-from feedbench.verify.job import _job_env, explain_failure, read_parts, run_job, worker_command
+from feedbench.verify.job import (
+    JobOutcome,
+    _job_env,
+    explain_failure,
+    read_parts,
+    run_job,
+    worker_command,
+)
 from feedbench.verify.loaders import SYNTHETIC, file_label
 from feedbench.verify.plan import new_result, plan
 from feedbench.verify.results import VerifyResult, VerifyRun, units
@@ -73,11 +80,7 @@ def run_one(
     )
     out_dir = tempfile.mkdtemp(prefix="feedbench-verify-")
     try:
-        if log_dir:
-            os.makedirs(log_dir, exist_ok=True)
-            log_path = os.path.join(log_dir, f"{file_label(loader)}-{gpus}.log")
-        else:
-            log_path = os.path.join(out_dir, "torchrun.log")
+        log_path = job_log_path(log_dir, out_dir, loader, gpus)
         cmd = worker_command(config, p, loader, gpus, out_dir)
         monitor, mono0 = monitor_start(config.monitor_interval_s)
         try:
@@ -95,20 +98,8 @@ def run_one(
         run.workers = next((s.workers for s in run.ranks if s.workers is not None), None)
         run.cpus = [s.cpus for s in run.ranks] if any(s.cpus for s in run.ranks) else None
         run.epochs = max((max(s.epoch) + 1 for s in run.ranks if s.epoch), default=0)
-        complete = (
-            outcome.returncode == 0
-            and not (outcome.interrupted or outcome.timed_out or outcome.rank_died)
-            and len(done) == gpus
-            and all(done.values())
-        )
-        if not complete:
-            try:
-                log_text = Path(log_path).read_text(errors="replace")
-            except OSError:
-                log_text = ""
-            run.status = "interrupted" if outcome.interrupted else "failed"
-            run.error = explain_failure(loader, gpus, p.unit, log_text, run.ranks, outcome)
-            run.partial = True
+        if not completed(outcome, done, gpus):
+            mark_broken(run, outcome, log_path, p.unit)
         summarize_run(run)
         if timeline is not None:
             window_figures(run, timeline, mono0, p.device)
@@ -117,6 +108,37 @@ def run_one(
         return run
     finally:
         shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def job_log_path(log_dir: str | None, out_dir: str, loader: str, gpus: int) -> str:
+    """Where torchrun's output goes: kept in ``log_dir``, else beside the parts (removed with
+    them, yet readable to explain a failure)."""
+    if not log_dir:
+        return os.path.join(out_dir, "torchrun.log")
+    os.makedirs(log_dir, exist_ok=True)
+    return os.path.join(log_dir, f"{file_label(loader)}-{gpus}.log")
+
+
+def completed(outcome: JobOutcome, done: dict[int, bool], gpus: int) -> bool:
+    """Whether the job ended well and every rank's part says it finished: a clean exit alone
+    does not show that each rank wrote its steps."""
+    return (
+        outcome.returncode == 0
+        and not (outcome.interrupted or outcome.timed_out or outcome.rank_died)
+        and len(done) == gpus
+        and all(done.values())
+    )
+
+
+def mark_broken(run: VerifyRun, outcome: JobOutcome, log_path: str, unit: str) -> None:
+    """A run that did not complete: failed or interrupted, and why, read from its log."""
+    try:
+        log_text = Path(log_path).read_text(errors="replace")
+    except OSError:
+        log_text = ""
+    run.status = "interrupted" if outcome.interrupted else "failed"
+    run.error = explain_failure(run.loader, run.gpus, unit, log_text, run.ranks, outcome)
+    run.partial = True
 
 
 def verify(

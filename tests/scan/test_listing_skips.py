@@ -10,10 +10,10 @@ import shutil
 import pytest
 
 from feedbench.core import envelope
+from feedbench.core.listing import SKIPPED_NAMED
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.run import new_result, validate
-from feedbench.scan.sources import SKIPPED_NAMED
 
 pa = pytest.importorskip(
     "pyarrow", reason="Parquet needs pyarrow: pip install 'feedbench[formats]'"
