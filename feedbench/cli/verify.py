@@ -56,8 +56,9 @@ DdpOption = Annotated[
     list[str] | None,
     typer.Option(
         "--ddp-option",
-        help="KEY=VALUE for DistributedDataParallel, repeatable: broadcast_buffers, "
-        "gradient_as_bucket_view, static_graph (true/false), bucket_cap_mb. Every run, the "
+        help="KEY=VALUE for DistributedDataParallel, repeatable: broadcast_buffers "
+        "(forward_sync_buffers from PyTorch 2.14), gradient_as_bucket_view, static_graph "
+        "(true/false), bucket_cap_mb. Every run, the "
         "synthetic ceiling too.",
     ),
 ]

@@ -167,6 +167,7 @@ def _broadcast_hint(v: LoaderVerdict, config: dict, threshold: float) -> str | N
         or config.get("device") != "cuda"
         or (v.gpus or 0) < 2
         or ddp.get("broadcast_buffers", True) is not True
+        or ddp.get("forward_sync_buffers", True) is not True
         or not pace
         or v.ceiling_fraction is None
         or v.ceiling_fraction >= 0.95
@@ -176,8 +177,8 @@ def _broadcast_hint(v: LoaderVerdict, config: dict, threshold: float) -> str | N
     return (
         "; the gap is not data wait: DDP broadcasts its buffers before every forward (on here), "
         "launched only after the loader's per-step wait for the GPU (pace), so the GPU idles at "
-        "each step's start; try --ddp-option broadcast_buffers=false "
-        '(BENCHMARKS.md, "The DALI loader at 0.97")'
+        "each step's start; try --ddp-option broadcast_buffers=false (forward_sync_buffers=false "
+        'in newer PyTorch; BENCHMARKS.md, "The DALI loader at 0.97")'
     )
 
 

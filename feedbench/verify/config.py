@@ -22,6 +22,7 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraph
 # DistributedDataParallel settings that --ddp-option may change, with the types they take
 DDP_OPTIONS: dict[str, tuple[type, ...]] = {
     "broadcast_buffers": (bool,),  # rank 0's BatchNorm buffers sent to every rank each forward
+    "forward_sync_buffers": (bool,),  # its name from PyTorch 2.14 (broadcast_buffers deprecated)
     "gradient_as_bucket_view": (bool,),
     "static_graph": (bool,),
     "bucket_cap_mb": (int, float),
@@ -92,6 +93,14 @@ class Plan:
         return self.batch_size if scaling == "weak" else self.batch_size // gpus
 
 
+def _ddp_takes(key: str) -> bool:
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    return key in inspect.signature(DistributedDataParallel.__init__).parameters
+
+
 def parse_ddp_options(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
     """``--ddp-option KEY=VALUE`` values → DistributedDataParallel keyword arguments, checked."""
     out: dict[str, Any] = {}
@@ -103,6 +112,11 @@ def parse_ddp_options(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
         if key not in DDP_OPTIONS:
             raise FeedbenchError(
                 f"--ddp-option {key!r}: verify sets {', '.join(DDP_OPTIONS)} of DDP"
+            )
+        if not _ddp_takes(key):
+            raise FeedbenchError(
+                f"--ddp-option {key}: this PyTorch's DistributedDataParallel has no such setting "
+                "(forward_sync_buffers is PyTorch 2.14's name for broadcast_buffers)"
             )
         value = option_value(text)
         kinds = DDP_OPTIONS[key]

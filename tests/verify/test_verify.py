@@ -114,6 +114,7 @@ def test_verdicts_in_words(loader, text):
     [
         ("cuda", {}, None, 8289, True),  # the fifth GPU run's figures: 0.94 of 8,848, 0.7% wait
         ("cuda", {"broadcast_buffers": False}, None, 8289, False),  # already off
+        ("cuda", {"forward_sync_buffers": False}, None, 8289, False),  # off, by its new name
         ("cuda", {}, 0, 8289, False),  # the loader does not wait for the GPU
         ("cuda", {}, None, 8500, False),  # 0.96: at the goal
         ("cpu", {}, None, 8289, False),  # not a GPU run
@@ -135,6 +136,7 @@ def test_dali_verdict_names_ddp_buffer_broadcast_when_fed_but_short(device, ddp,
         assert verdict == "dali: 1.97× on 2 GPUs, 0.94 of the ceiling, data wait 0.7%"
         assert "buffer" in hint and "(pace)" in hint
         assert "--ddp-option broadcast_buffers=false" in hint
+        assert "forward_sync_buffers=false in newer PyTorch" in hint
         assert 'BENCHMARKS.md, "The DALI loader at 0.97"' in hint
         assert not re.search(r"\d", hint.replace("0.97", "")), hint  # no measured numbers
         assert "H200" not in hint and "%" not in hint
@@ -578,3 +580,21 @@ Root Cause (first observed failure):
     assert first_failure(log) == (1, -9)
     assert first_failure(log.replace("-9", "2")) == (0, 1)  # no crash: torchrun's root cause
     assert first_failure("no torchrun report") is None
+
+
+def test_ddp_buffer_sync_option_by_its_name_in_this_pytorch():
+    """PyTorch 2.14 renamed broadcast_buffers forward_sync_buffers: verify passes the new name
+    where this PyTorch's DDP takes it, and says in one line where it does not."""
+    import inspect
+
+    from torch.nn.parallel import DistributedDataParallel
+
+    from feedbench.verify.config import parse_ddp_options
+
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel.__init__).parameters:
+        got = parse_ddp_options(["forward_sync_buffers=false"])
+        assert got == {"forward_sync_buffers": False}
+    else:
+        with pytest.raises(FeedbenchError, match="has no such setting"):
+            parse_ddp_options(["forward_sync_buffers=false"])
+    assert parse_ddp_options(["broadcast_buffers=false"]) == {"broadcast_buffers": False}
