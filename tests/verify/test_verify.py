@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -404,8 +405,12 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
                 parts = sum(getattr(s, p)[i] for p in verify_results.PARTS)
                 assert parts == pytest.approx(s.step_s[i], rel=1e-9)
             assert all(b >= 1 for b in s.buckets)  # the comm hook saw every step's all-reduce
-        # the measured parts explain the step (other = loop bookkeeping), within 5%
-        assert run.unaccounted_fraction < 0.05, run.breakdown
+        # the measured parts explain the typical step (other = loop bookkeeping), within 5%: a
+        # part left untimed shows in every step; one descheduling of a rank on 2 busy cores
+        # lands in one step's bookkeeping, so the whole window gets a looser bound
+        others = [s.other_s[i] / s.step_s[i] for s in run.ranks for i in range(6)]
+        assert statistics.median(others) < 0.05, (others, run.breakdown)
+        assert run.unaccounted_fraction < 0.15, run.breakdown
         # and the steps tile the measured window
         assert run.steps_vs_window == pytest.approx(1.0, abs=0.05)
         b = run.breakdown
