@@ -9,8 +9,8 @@ takes a contiguous block per rank shuffled with seed 123, feedbench DistributedS
 interleaved permutation: with a few steps per epoch, AU depends on which batch is the largest,
 so unaligned orders measure different epochs). Both take batch 7, 4 read threads and 0.323 s
 per batch from feedbench's workload table (DLIO's ``unet3d_h100.yaml``; the script writes DLIO's
-workload config from it). For each cache state, world size (1 and 2 processes) and repeat,
-the runs are interleaved:
+workload config from it); ``--read-threads`` sets both tools' threads where the cores are few.
+For each cache state, world size (1 and 2 processes) and repeat, the runs are interleaved:
 
 * ``dlio``: DLIO as shipped, ``mpirun -np N dlio_benchmark ...`` (its tracer on, its debug
   formatting per sample);
@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="interleaved repeats of every run")
     p.add_argument("--epochs", type=int, default=1, help="epochs per warm run (1: aligned)")
     p.add_argument("--files", type=int, help="use at most this many files")
+    p.add_argument("--read-threads", type=int,
+                   help="both tools' read threads (default: the workload's, 4)")  # fmt: skip
     p.add_argument("--tools", default=",".join(dlio.TOOLS), help="dlio, dlio-lean, feedbench")
     p.add_argument("--quiet-load", type=float, default=0.3,
                    help="wait before a run until other load is below this (cores)")  # fmt: skip
@@ -82,8 +84,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [t for t in args.tools if t not in dlio.TOOLS] + [
         c for c in args.caches if c not in ("cold", "warm")
     ]
-    if bad or args.repeat < 1 or args.epochs < 1 or min(args.consumers) < 1:
-        p.error(f"bad value {bad[0] if bad else 'repeat/epochs/consumers < 1'}")
+    counts = (args.repeat, args.epochs, min(args.consumers), args.read_threads or 1)
+    if bad or min(counts) < 1:
+        p.error(f"bad value {bad[0] if bad else 'repeat/epochs/consumers/read-threads < 1'}")
     args.out = args.out or args.work / "dlio-vs-feedbench.json"
     return args
 
@@ -104,7 +107,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
                   for r in range(world)]  # fmt: skip
         root = args.work / f"dlio-np{world}"
         dlio.aligned_tree(links, orders, root)
-        config_dir = dlio.write_config(args.work, root, len(files), world)
+        config_dir = dlio.write_config(args.work, root, len(files), world, args.read_threads)
     return train, config_dir, files
 
 
@@ -128,8 +131,9 @@ def one_run(args, tool: str, world: int, state: str, rep: int, env: dict) -> dic
     waited_s, load = wait_quiet(args.quiet_load, args.quiet_wait)
     prepared = set_cache(state, env["files"])
     if tool == "feedbench":
-        cmd, extra = dlio.feedbench_command(env["train"], world, state, epochs,
-                                            run_dir / "feedbench.json"), {}  # fmt: skip
+        out = run_dir / "feedbench.json"
+        cmd = dlio.feedbench_command(env["train"], world, state, epochs, out, args.read_threads)
+        extra: dict[str, str] = {}
     else:
         cmd, extra = dlio.dlio_command(tool, args.dlio_python, world, env["config_dir"],
                                        run_dir, epochs, args.mpi)  # fmt: skip

@@ -288,3 +288,17 @@ def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch)
     assert dlio.feedbench_metrics(result) == {
         "au": [0.4], "samples_per_s": [10.0], "steady_samples_per_s": [9.0], "steps": [6]
     }  # fmt: skip
+
+
+def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):
+    """--read-threads N: DLIO's config reads with N threads and feedbench with N workers;
+    without it both take the workload table's 4."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    assert "  read_threads: 4\n" in dlio.workload_config(tmp_path, 14)
+    assert "  read_threads: 1\n" in dlio.workload_config(tmp_path, 14, read_threads=1)
+    cmd = dlio.feedbench_command(tmp_path, 2, "cold", 1, tmp_path / "o.json")
+    assert "--workers" not in cmd and cmd[-1] == "--drop-caches"
+    cmd = dlio.feedbench_command(tmp_path, 2, "warm", 1, tmp_path / "o.json", read_threads=1)
+    assert cmd[cmd.index("--workers") + 1] == "1" and "--drop-caches" not in cmd

@@ -59,11 +59,15 @@ def link_tree(files: list[Path], root: Path) -> Path:
     return train
 
 
-def workload_config(data_folder: Path, n_files: int, accelerator: str = "h100") -> str:
+def workload_config(
+    data_folder: Path, n_files: int, accelerator: str = "h100", read_threads: int | None = None
+) -> str:
     """DLIO's ``unet3d_<accelerator>.yaml`` with our folder and file count, checkpoints off (a
-    checkpoint is a write and no part of feeding) and data generation off. Batch, read threads,
-    step time and sizes come from feedbench's workload table, the one both tools follow."""
+    checkpoint is a write and no part of feeding) and data generation off. Batch, read threads
+    (unless ``read_threads``), step time and sizes come from feedbench's workload table, the
+    one both tools follow."""
     row, shape = get_row(WORKLOAD, accelerator), get_shape(WORKLOAD)
+    threads = row.read_threads if read_threads is None else read_threads
     return f"""# written by scripts/bench_dlio.py from feedbench.core.workloads ({row.source})
 model: unet3d
 framework: pytorch
@@ -83,7 +87,7 @@ dataset:
 reader:
   data_loader: pytorch
   batch_size: {row.batch_size}
-  read_threads: {row.read_threads}
+  read_threads: {threads}
   file_shuffle: seed
   sample_shuffle: seed
 train:
@@ -95,12 +99,14 @@ metric:
 """
 
 
-def write_config(work: Path, data_folder: Path, n_files: int, world: int) -> Path:
+def write_config(
+    work: Path, data_folder: Path, n_files: int, world: int, read_threads: int | None = None
+) -> Path:
     """World ``world``'s config in the folder DLIO is pointed at with hydra's ``--config-dir``."""
     folder = work / "dlio-config"
     (folder / "workload").mkdir(parents=True, exist_ok=True)
     path = folder / "workload" / f"{CONFIG_NAME.format(world=world)}.yaml"
-    path.write_text(workload_config(data_folder, n_files))
+    path.write_text(workload_config(data_folder, n_files, read_threads=read_threads))
     return folder
 
 
@@ -188,10 +194,14 @@ def feedbench_metrics(result: dict[str, Any]) -> dict[str, Any]:
     return {"au": au, "samples_per_s": rate, "steady_samples_per_s": steady, "steps": steps}
 
 
-def feedbench_command(train: Path, world: int, cache: str, epochs: int, out: Path) -> list[str]:
+def feedbench_command(
+    train: Path, world: int, cache: str, epochs: int, out: Path, read_threads: int | None = None
+) -> list[str]:
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(train), "--workload", WORKLOAD,
            "--accelerator", "h100", "--consumers", str(world), "--passes", cache,
            "--repeat", str(epochs), "--no-plots", "--json", str(out)]  # fmt: skip
+    if read_threads is not None:  # DLIO's read threads are loader workers, as in the table
+        cmd += ["--workers", str(read_threads)]
     return cmd + (["--drop-caches"] if cache == "cold" else [])
 
 
