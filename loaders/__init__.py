@@ -21,6 +21,7 @@ from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
+from loaders.option_values import check_values
 from loaders.transforms import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -46,6 +47,7 @@ __all__ = [
     "TransformSpec",
     "backend_options",
     "build_loader",
+    "check_options",
     "choose_backend",
     "denormalize",
     "default_workers",
@@ -127,8 +129,9 @@ def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1
     return max(minimum, cores // max(1, local_world_size) - reserve)
 
 
-def _check_options(backend: str, options: dict) -> None:
-    """ValueError naming the backends, or the options the backend takes."""
+def check_options(backend: str, options: dict) -> None:
+    """ValueError naming the backends, the options the backend takes, or what an option's
+    value must be; nothing is built or listed (a command line checks its options with it)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}: choose one of {', '.join(BACKENDS)}")
     known = backend_options(backend) if options else {}
@@ -138,6 +141,7 @@ def _check_options(backend: str, options: dict) -> None:
             f"the {backend} backend takes no option {unknown[0]!r} "
             f"(its options: {', '.join(sorted(known)) or 'none'})"
         )
+    check_values(options)
 
 
 AUTO = "auto"
@@ -248,7 +252,7 @@ def build_loader(
     an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
     if backend != AUTO:
-        _check_options(backend, options)  # before listing the source: a typo fails at once
+        check_options(backend, options)  # before listing the source: a typo fails at once
     info = discover(rank, world_size, local_rank)
     index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
     chosen = None
@@ -256,7 +260,7 @@ def build_loader(
         device = resolve_device(device, info.local_rank)
         cores = default_workers(info.local_world_size)  # this rank's share of the cores
         backend, chosen = choose_backend(index, device, cores)
-        _check_options(backend, options)
+        check_options(backend, options)
     common = dict(
         train=train,
         image_size=image_size,

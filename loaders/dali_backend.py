@@ -73,6 +73,7 @@ from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError, require_dali
+from loaders.option_values import check_values
 from loaders.pacing import LEAD_MS, Pacer
 from loaders.resume import ResumePoint
 
@@ -168,19 +169,13 @@ class DaliLoader(LoaderBase):
         if dali_augment is not None and not callable(dali_augment):
             raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
         self.dali_augment = dali_augment
-        if decode not in ("auto", "gpu", "cpu"):
-            raise ValueError(f"decode takes auto, gpu or cpu, not {decode!r}")
+        check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms})
         self.num_threads = max(1, workers)
         self.workers = self.num_threads  # DALI CPU threads
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
-        if isinstance(pace, bool):
-            pace = int(pace)
-        if not isinstance(pace, int) or pace < 0:
-            raise ValueError(f"pace takes 0 (off), 1 or more steps, not {pace!r}")
-        if not isinstance(pace_lead_ms, int | float) or pace_lead_ms < 0:
-            raise ValueError(f"pace_lead_ms takes milliseconds ≥ 0, not {pace_lead_ms!r}")
+        pace = int(pace)
         if pace != 1:  # the lead is a refinement of pace=1; other paces wait as they say
             pace_lead_ms = 0.0
         self.pace = pace

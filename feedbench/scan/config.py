@@ -177,6 +177,17 @@ def plan(config: ScanConfig) -> Plan:
     return Plan(bs)
 
 
+def check_library_values(backend: str, options: dict[str, Any]) -> None:
+    """A value a library backend would refuse (``pace_lead_ms=-1``): one line before any rank
+    starts, not exit 3 from the ranks."""
+    from loaders import check_options as check_backend_options
+
+    try:
+        check_backend_options(backend, options)
+    except ValueError as e:
+        raise FeedbenchError(f"--loader-option for {backend}: {e}") from None
+
+
 def _check_loader(backend: str, options: dict[str, Any]) -> None:
     if is_user_spec(backend):
         f = resolve(backend)
@@ -192,6 +203,7 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
                 f"--loader-option {unknown[0]}: the {backend} loader takes "
                 f"{', '.join(takes) or 'no options (name a backend to set its options)'}"
             )
+        check_library_values(backend, options)
     if backend == "dali":
         try:
             import nvidia.dali  # noqa: F401

@@ -33,6 +33,7 @@ from typing import Any
 from feedbench.core.choices import option_value
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan import factory
+from feedbench.scan.config import check_library_values
 from feedbench.scan.factory import STANDARD, UserLoaderError
 
 SYNTHETIC = "synthetic"
@@ -438,6 +439,8 @@ def loader_options(items: tuple[str, ...] | list[str], names: list[str]) -> dict
     for n in run:
         if is_user(n):
             factory.check_options(factory.resolve(n), out[n])
+        elif n != "auto":  # auto's options belong to the backend it picks (none can be set)
+            check_library_values(n, out[n])
     return {n: o for n, o in out.items() if o}
 
 

@@ -273,3 +273,29 @@ def _has_dali() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("nvidia.dali") is not None
+
+
+@pytest.mark.parametrize(
+    ("backend", "options", "match"),
+    [
+        ("dali", {"pace_lead_ms": -1}, "pace_lead_ms takes milliseconds ≥ 0, not -1"),
+        ("dali", {"pace": 1.5}, "pace takes 0 \\(off\\), 1 or more steps"),
+        ("dali", {"decode": "tpu"}, "decode takes auto, gpu or cpu, not 'tpu'"),
+        ("dali", {"hw_decoder_load": 1.2}, "hw_decoder_load takes a fraction from 0 to 1"),
+        ("torch", {"prefetch": 0}, "prefetch takes a whole number ≥ 1, not 0"),
+        ("torch", {"prefetch": True}, "prefetch takes a whole number ≥ 1, not True"),
+        ("wds", {"decoder": "gpu"}, "decoder takes auto, simplejpeg, pil or opencv, not 'gpu'"),
+        ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0"),
+    ],
+)
+def test_option_values_are_checked_without_building(backend, options, match):
+    """check_options refuses a value the backend would refuse, with nothing built or listed (a
+    command line checks its --loader-option values with it); good values pass."""
+    from loaders import check_options
+
+    with pytest.raises(ValueError, match=match):
+        check_options(backend, options)
+    good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0},
+            "torch": {"prefetch": 1, "decoder": "pil"},
+            "wds": {"shuffle_buffer": 0, "prefetch": 8}}  # fmt: skip
+    check_options(backend, good[backend])

@@ -126,6 +126,8 @@ def test_a_spec_that_does_not_resolve_is_one_clear_error(given, options, message
     [
         ("wds", {"bogus": 1}, "--loader-option bogus: the wds loader takes prefetch, shuffle_buf"),
         (None, {"size": 1}, "--loader-option needs --loader"),
+        ("torch", {"decoder": "gpu"}, "--loader-option for torch: decoder takes auto, simplej"),
+        ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0, not -1"),
     ],
 )
 def test_loader_options_are_checked_before_anything_runs(loader, options, message):
