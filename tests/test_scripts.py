@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import subprocess
 import sys
@@ -302,3 +303,31 @@ def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):
     assert "--workers" not in cmd and cmd[-1] == "--drop-caches"
     cmd = dlio.feedbench_command(tmp_path, 2, "warm", 1, tmp_path / "o.json", read_threads=1)
     assert cmd[cmd.index("--workers") + 1] == "1" and "--drop-caches" not in cmd
+
+
+def test_cpu_meter_counts_a_run_s_orphaned_processes_as_its_own():
+    """A run whose process leaves a child behind (as a multiprocessing fork server outlives the
+    feedbench process that started it): the child is adopted and reaped, so its CPU time is the
+    run's own, not other load. In a process of its own: a subreaper stays one."""
+    orphan = (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(0.2); t = time.process_time()\n"
+        "    while time.process_time() - t < 0.6: pass\n"
+        "    os._exit(0)\n"
+    )
+    meter = (
+        "import subprocess, sys\n"
+        "from benchlib import machine\n"
+        "before = machine._own_cpu_s()\n"
+        "with machine.CpuMeter() as m:\n"
+        f"    subprocess.run([sys.executable, '-c', {orphan!r}], check=True)\n"
+        "print(m.adopting, machine._own_cpu_s() - before)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", meter], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(SCRIPTS)}, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    adopting, own = r.stdout.split()
+    if adopting != "True":
+        pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is Linux only")
+    assert float(own) >= 0.6
