@@ -30,7 +30,15 @@ Workers = Annotated[
     int | None,
     typer.Option(help="Loader workers per rank (DALI: threads). Default: the cores shared out."),
 ]
-BatchSize = Annotated[int | None, typer.Option("--batch-size", "-b", help="Samples per rank.")]
+BatchSize = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        help="Samples per rank (default: the workload's or profile's, else 64; 4 on the bundled "
+        "sample).",
+    ),
+]
 Warmup = Annotated[
     int | None,
     typer.Option(help="Steps (batches) per rank left out of every rate and AU, before the clock."),

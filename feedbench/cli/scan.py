@@ -198,6 +198,11 @@ class _Progress:
             self.bar.stop()
 
 
+# Batch size when PATH is left out (the bundled sample, README set-up command 1): 9 batches of
+# its 36 images, so a first run shows a steady rate beside its first batch.
+SAMPLE_BATCH = 4
+
+
 def scan_config(options: dict):
     """A ScanConfig from the command's options (its ``locals()``)."""
     from feedbench.core.choices import parse_counts
@@ -215,6 +220,8 @@ def scan_config(options: dict):
     }
     fields = ScanConfig.__dataclass_fields__
     kw = {renamed.get(k, k): v for k, v in options.items() if renamed.get(k, k) in fields}
+    if kw.get("path") is None and kw.get("batch_size") is None and not kw.get("workload"):
+        kw["batch_size"] = SAMPLE_BATCH  # the bundled sample is 36 images: 64 is one batch
     kw.update(
         path=kw.get("path") if kw.get("path") is not None else default_data(),
         stages=parse_stages(kw["stages"]),

@@ -266,3 +266,18 @@ def test_warm_pass_warms_the_cache_first(dataset):
     r = scan(ScanConfig(str(dataset / "shards"), stages=("read",), passes=("warm",)))
     assert r.measurements[0].cache.mode == "warm"
     assert r.measurements[0].cache.resident_before > 0.99
+
+
+def test_no_path_scans_the_bundled_sample_in_batches_of_four(cli, tmp_path, monkeypatch):
+    """README set-up command 1 (``feedbench scan``): the bundled sample's 36 images in 9 batches,
+    so the first run shows a steady rate; -b still sets the batch."""
+    monkeypatch.chdir(tmp_path)  # no sample_data/ here: the one beside the package
+    out = tmp_path / "s.json"
+    r = cli("scan", "--stages", "read", "--no-plots", "--json", str(out))
+    assert r.code == 0, r.out + r.err
+    res = json.loads(out.read_text())
+    assert res["config"]["batch_size"] == 4
+    (m,) = res["measurements"]
+    assert m["samples"] == 36 and m["batches"] == 9 and m["steady_samples_per_s"] > 0
+    r = cli("scan", "--stages", "read", "-b", "12", "--no-plots", "--json", str(out))
+    assert r.code == 0 and json.loads(out.read_text())["config"]["batch_size"] == 12
