@@ -300,18 +300,22 @@ def test_loader_options_go_to_the_loaders_that_take_them():
 
 
 def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
-    """An option travels verify → torchrun → each rank → build_loader: a bad value fails there."""
+    """An option travels verify → torchrun → each rank → build_loader: a bad value that only
+    the rank's DataLoader can judge (a start method; values with a rule are refused up front,
+    exit 2) fails there."""
     out = tmp_path / "v.json"
     r = cli(
         "verify", str(data), "--consumers", "2", "-l", "torch", "--no-synthetic", "-o",
-        "torch:decoder=nosuchdecoder", *FAST, "--json", str(out),
+        "torch:multiprocessing_context=nosuchcontext", *FAST, "--json", str(out),
     )  # fmt: skip
     assert r.code == 3, r.out + r.err  # the run failed: a measurement failure, not bad input
     res = verify_results.load(out)
-    assert res.config["options_per_loader"] == {"torch": {"decoder": "nosuchdecoder"}}
+    assert res.config["options_per_loader"] == {
+        "torch": {"multiprocessing_context": "nosuchcontext"}
+    }
     (run,) = res.runs
-    assert run.status == "failed" and "nosuchdecoder" in (run.error or ""), run.error
-    assert "settings: torch: decoder=nosuchdecoder" in " ".join(r.out.split())
+    assert run.status == "failed" and "nosuchcontext" in (run.error or ""), run.error
+    assert "settings: torch: multiprocessing_context=nosuchcontext" in " ".join(r.out.split())
     assert "Traceback" not in r.err
 
 
