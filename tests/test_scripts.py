@@ -293,12 +293,15 @@ def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch)
 
 def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):
     """--read-threads N: DLIO's config reads with N threads and feedbench with N workers;
-    without it both take the workload table's 4."""
+    without it both take the workload table's 4; DLIO prefetches as deep as feedbench."""
     monkeypatch.syspath_prepend(str(SCRIPTS))
     from benchlib import dlio
 
-    assert "  read_threads: 4\n" in dlio.workload_config(tmp_path, 14)
-    assert "  read_threads: 1\n" in dlio.workload_config(tmp_path, 14, read_threads=1)
+    four = dlio.workload_config(tmp_path, 14)
+    one = dlio.workload_config(tmp_path, 14, read_threads=1)
+    # and DLIO's prefetch_size gives its DataLoader feedbench's 2 batches in flight per worker
+    assert "  read_threads: 4\n  prefetch_size: 8\n" in four
+    assert "  read_threads: 1\n  prefetch_size: 2\n" in one
     cmd = dlio.feedbench_command(tmp_path, 2, "cold", 1, tmp_path / "o.json")
     assert "--workers" not in cmd and cmd[-1] == "--drop-caches"
     cmd = dlio.feedbench_command(tmp_path, 2, "warm", 1, tmp_path / "o.json", read_threads=1)

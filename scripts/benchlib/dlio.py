@@ -32,6 +32,10 @@ CONFIG_NAME = "feedbench_unet3d_np{world}"  # DLIO's workload config, one per wo
 DLIO_SEED = 123  # DLIO's default train.seed, written into the config so the order is pinned
 LEAN = Path(__file__).resolve().parent / "dlio_lean.py"
 TOOLS = ("dlio", "dlio-lean", "feedbench")
+# feedbench's loader workers keep 2 batches each in flight (prefetch_factor 2); DLIO's torch
+# loader takes prefetch_factor = ceil(prefetch_size / read_threads), prefetch_size 2 by default:
+# 1 per worker at 4 threads. The config asks DLIO for feedbench's depth.
+PREFETCH_PER_WORKER = 2
 
 
 def files_to_use(files: list[Path], batch: int, max_world: int, limit: int | None) -> list[Path]:
@@ -88,6 +92,7 @@ reader:
   data_loader: pytorch
   batch_size: {row.batch_size}
   read_threads: {threads}
+  prefetch_size: {PREFETCH_PER_WORKER * threads}
   file_shuffle: seed
   sample_shuffle: seed
 train:
