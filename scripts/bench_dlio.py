@@ -84,7 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [t for t in args.tools if t not in dlio.TOOLS] + [
         c for c in args.caches if c not in ("cold", "warm")
     ]
-    counts = (args.repeat, args.epochs, min(args.consumers), args.read_threads or 1)
+    threads = 1 if args.read_threads is None else args.read_threads
+    counts = (args.repeat, args.epochs, min(args.consumers), threads)
     if bad or min(counts) < 1:
         p.error(f"bad value {bad[0] if bad else 'repeat/epochs/consumers/read-threads < 1'}")
     args.out = args.out or args.work / "dlio-vs-feedbench.json"

@@ -306,6 +306,10 @@ def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):
     assert "--workers" not in cmd and cmd[-1] == "--drop-caches"
     cmd = dlio.feedbench_command(tmp_path, 2, "warm", 1, tmp_path / "o.json", read_threads=1)
     assert cmd[cmd.index("--workers") + 1] == "1" and "--drop-caches" not in cmd
+    r = subprocess.run([sys.executable, str(SCRIPTS / "bench_dlio.py"), "--data", str(tmp_path),
+                        "--work", str(tmp_path), "--read-threads", "0"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "read-threads < 1" in r.stderr, r.stderr
 
 
 def test_cpu_meter_counts_a_run_s_orphaned_processes_as_its_own():
