@@ -210,6 +210,9 @@ def test_fast_data_is_accelerator_bound_and_find_max(dataset):
         find_max=True,
         max_consumers=2,
         passes=("warm",),
+        # Reads take ~1 ms of a 40 ms step, so AU sits near 0.97; the default 0.9 target left
+        # one 50 ms descheduling on 2 busy cores able to fail a 12-step window (CI, stop 20).
+        target_au=0.6,
     )
     r = scan(cfg)
     assert r.accelerator["samples_per_s"] == 25.0 and r.accelerator["step_s"] == 1 / 25
