@@ -22,9 +22,11 @@ For each cache state, world size (1 and 2 processes) and repeat, the runs are in
 Cache: ``cold`` = one epoch (one pass) after every file was evicted and, as root,
 ``sync; echo 3 > /proc/sys/vm/drop_caches`` (feedbench also gets ``--drop-caches``);
 ``warm`` = ``--epochs`` epochs (default 1: after that DLIO and feedbench reshuffle differently)
-after every file was read once. AU and samples/s are DLIO's definitions (``benchlib/dlio.py``);
-the load average before and after every run and the CPU other processes used during it are
-kept, so a disturbed run can be spotted. ``--cpu-check N`` instead compares the CPU time per
+after every file was read once; ``--epochs 1,3`` runs both counts, interleaved, and gives each
+tool's CPU seconds per sample with start-up cancelled (AU and samples/s from the 1-epoch runs).
+AU and samples/s are DLIO's definitions (``benchlib/dlio.py``); the load average before and
+after every run and the CPU other processes used during it are kept, so a disturbed run can be
+spotted. ``--cpu-check N`` instead compares the CPU time per
 sample of DLIO's npz read and feedbench's read + decode on N files (load-insensitive).
 
 Results: ``--out`` (JSON, rewritten after every run) and a Markdown table beside it (``.md``).
@@ -39,6 +41,7 @@ import platform
 import shlex
 import sys
 from datetime import datetime, timezone
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--consumers", default="1,2", help="world sizes (mpirun -np, --consumers)")
     p.add_argument("--caches", default="cold,warm", help="cold, warm or both")
     p.add_argument("--repeat", type=int, default=3, help="interleaved repeats of every run")
-    p.add_argument("--epochs", type=int, default=1, help="epochs per warm run (1: aligned)")
+    p.add_argument("--epochs", default="1",
+                   help="epochs per warm run (1: aligned); two counts: CPU/sample")  # fmt: skip
     p.add_argument("--files", type=int, help="use at most this many files")
     p.add_argument("--read-threads", type=int,
                    help="both tools' read threads (default: the workload's, 4)")  # fmt: skip
@@ -81,13 +85,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.consumers = [int(x) for x in args.consumers.split(",")]
     args.caches = args.caches.split(",")
     args.tools = args.tools.split(",")
+    args.epochs = sorted({int(x) for x in args.epochs.split(",")})
     bad = [t for t in args.tools if t not in dlio.TOOLS] + [
         c for c in args.caches if c not in ("cold", "warm")
     ]
     threads = 1 if args.read_threads is None else args.read_threads
-    counts = (args.repeat, args.epochs, min(args.consumers), threads)
+    counts = (args.repeat, min(args.epochs), min(args.consumers), threads)
     if bad or min(counts) < 1:
         p.error(f"bad value {bad[0] if bad else 'repeat/epochs/consumers/read-threads < 1'}")
+    if len(args.epochs) > 1 and "cold" in args.caches:
+        p.error("several --epochs counts are for warm runs (a cold run is one epoch)")
     args.out = args.out or args.work / "dlio-vs-feedbench.json"
     return args
 
@@ -123,10 +130,11 @@ def set_cache(state: str, files: list[Path]) -> dict[str, Any]:
     return {"cache_prepared": "read once", "resident_before": warm(paths)}
 
 
-def one_run(args, tool: str, world: int, state: str, rep: int, env: dict) -> dict[str, Any]:
-    """One tool, one world size, one cache state: run it and read its metrics."""
-    epochs = 1 if state == "cold" else args.epochs
-    run_dir = args.work / "runs" / f"{state}-np{world}-r{rep}-{tool}"
+def one_run(
+    args, tool: str, world: int, state: str, rep: int, epochs: int, env: dict
+) -> dict[str, Any]:
+    """One tool, one world size, one cache state, one epoch count: run it, read its metrics."""
+    run_dir = args.work / "runs" / f"{state}-np{world}-e{epochs}-r{rep}-{tool}"
     run_dir.mkdir(parents=True, exist_ok=True)
     batch = get_row(dlio.WORKLOAD).batch_size
     waited_s, load = wait_quiet(args.quiet_load, args.quiet_wait)
@@ -155,7 +163,9 @@ def comparisons(runs: list[dict[str, Any]], tools: list[str]) -> list[dict[str, 
     repeat by repeat (interleaved runs: drift hits both sides of a pair)."""
     out = []
     for state, world in sorted({(r["cache"], r["world"]) for r in runs}):
-        group = {t: dlio.runs_of(runs, state, world, t) for t in tools}
+        fewest = min(r["epochs"] for r in dlio.runs_of(runs, state, world))  # aligned orders
+        group = {t: [r for r in dlio.runs_of(runs, state, world, t) if r["epochs"] == fewest]
+                 for t in tools}  # fmt: skip
         row: dict[str, Any] = {"cache": state, "world": world}
         row["tools"] = {t: dlio.summarise(rs) for t, rs in group.items() if rs}
         fb = group.get("feedbench") or []
@@ -196,10 +206,11 @@ def main(argv: list[str] | None = None) -> int:
     for state in args.caches:
         for world in args.consumers:
             for rep in range(1, args.repeat + 1):
-                for tool in args.tools:
-                    log(f"{state} np={world} repeat {rep}: {tool}")
-                    res["runs"].append(one_run(args, tool, world, state, rep, env))
+                for epochs, tool in product(args.epochs if state == "warm" else [1], args.tools):
+                    log(f"{state} np={world} repeat {rep}, {epochs} epoch(s): {tool}")
+                    res["runs"].append(one_run(args, tool, world, state, rep, epochs, env))
                     res["comparisons"] = comparisons(res["runs"], args.tools)
+                    res["cpu_per_sample"] = dlio.cpu_per_sample(res["runs"])
                     save(res, args.out)
                     args.out.with_suffix(".md").write_text(dlio.render(res))
     log(f"results: {args.out}")

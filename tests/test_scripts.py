@@ -282,13 +282,35 @@ def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch)
     got = dlio.dlio_metrics(tmp_path, batch=7)
     # after step 1 a rank's rate is AU × batch / step: 0.5 × 14 + 0.25 × 14
     assert got == {"au": [0.5], "samples_per_s": [4.0], "steady_samples_per_s": [10.5],
-                   "steps": [6]}  # fmt: skip
+                   "steps": [6], "samples": 42}  # fmt: skip
     consumer = {"samples": 21, "wall_s": 3.0, "batches": 3}
     two = [consumer, consumer | {"wall_s": 7.0}]
     result = {"measurements": [{"au_mean": 0.4, "steady_samples_per_s": 9.0, "per_consumer": two}]}
     assert dlio.feedbench_metrics(result) == {
-        "au": [0.4], "samples_per_s": [10.0], "steady_samples_per_s": [9.0], "steps": [6]
+        "au": [0.4], "samples_per_s": [10.0], "steady_samples_per_s": [9.0], "steps": [6],
+        "samples": 42,
     }  # fmt: skip
+
+
+def test_bench_dlio_cpu_per_sample_cancels_start_up(tmp_path, monkeypatch):
+    """Runs of 1 and 3 epochs: CPU per sample all-in (start-up spread over the samples) and
+    marginal, paired by repeat, where a start-up the same in both runs cancels."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    def run(rep: int, epochs: int, start_s: float) -> dict:
+        samples = 42 * epochs  # 0.2 CPU-s per sample after start_s of imports
+        return {"cache": "warm", "world": 2, "tool": "dlio", "repeat": rep, "epochs": epochs,
+                "samples": samples, "own_cpu_s": start_s + 0.2 * samples}  # fmt: skip
+
+    runs = [run(1, 1, 6.0), run(1, 3, 6.0), run(2, 1, 8.0), run(2, 3, 8.0)]
+    (row,) = dlio.cpu_per_sample(runs)
+    assert row["marginal"]["mean"] == pytest.approx(0.2) and row["marginal"]["n"] == 2
+    assert row["all_in"][1]["mean"] == pytest.approx(0.2 + 7.0 / 42)  # start-up included
+    assert row["all_in"][3]["mean"] == pytest.approx(0.2 + 7.0 / 126)
+    assert "| warm | 2 | dlio | 1: 0.3667 ± 0.0337, 3: 0.2556 ± 0.0112 | 0.2000 ± 0.0000 |" in (
+        dlio.render({"cpu_per_sample": [row]})
+    )
 
 
 def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):

@@ -183,20 +183,23 @@ def dlio_metrics(out: Path, batch: int) -> dict[str, Any]:
         # after step 1 a rank's time is Σ compute / AU (DLIO's AU): its rate, AU × batch / step
         steady.append(sum(a / 100 * len(c[1:]) * batch / sum(c[1:]) for a, c in blocks if c[1:]))
         steps.append(sum(len(c) for _, c in blocks))
-    return {"au": au, "samples_per_s": rate, "steady_samples_per_s": steady, "steps": steps}
+    return {"au": au, "samples_per_s": rate, "steady_samples_per_s": steady, "steps": steps,
+            "samples": sum(steps) * batch}  # fmt: skip
 
 
 def feedbench_metrics(result: dict[str, Any]) -> dict[str, Any]:
     """The same quantities from a ``feedbench scan`` results file, one value per repeat: AU
     (mean over consumers) and samples/s (Σ over consumers of samples / wall time)."""
-    au, rate, steady, steps = [], [], [], []
+    au, rate, steady, steps, samples = [], [], [], [], 0
     for m in result["measurements"]:
         cons = m["per_consumer"]
         au.append(m["au_mean"])
         rate.append(sum(c["samples"] / c["wall_s"] for c in cons))
         steady.append(m["steady_samples_per_s"])
         steps.append(sum(c["batches"] for c in cons))
-    return {"au": au, "samples_per_s": rate, "steady_samples_per_s": steady, "steps": steps}
+        samples += sum(c["samples"] for c in cons)
+    return {"au": au, "samples_per_s": rate, "steady_samples_per_s": steady, "steps": steps,
+            "samples": samples}  # fmt: skip
 
 
 def feedbench_command(
@@ -211,7 +214,8 @@ def feedbench_command(
 
 
 def timed(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> dict[str, Any]:
-    """Run ``cmd``; its wall time, the load average around it and other processes' CPU use."""
+    """Run ``cmd``; its wall time, the load average around it, the CPU seconds its processes
+    used and other processes' CPU use (cores)."""
     load0 = os.getloadavg()
     t0 = time.perf_counter()
     with CpuMeter() as meter, open(log_path, "w") as log:
@@ -225,6 +229,7 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> dic
         "loadavg_before": load0[0],
         "loadavg_after": os.getloadavg()[0],
         "other_cores": meter.other_cores,
+        "own_cpu_s": meter.own_cpu_s,
     }
 
 
@@ -237,12 +242,41 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {k: spread(per_run(k)) for k in ("au", "samples_per_s", "steady_samples_per_s")}
 
 
+def cpu_per_sample(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """CPU seconds per sample of each tool's processes, per cache state and world size. ``all_in``:
+    a run's CPU / its samples, start-up (imports, process starts) included; ``marginal``: between
+    runs of fewer and more epochs, paired repeat by repeat, (CPU_more − CPU_fewer) / (samples_more
+    − samples_fewer): the work per sample alone, start-up cancelled. Unlike AU and samples/s,
+    CPU time hardly moves with other load, and on saturated cores it sets the rate."""
+    out = []
+    for state, world, tool in sorted({(r["cache"], r["world"], r["tool"]) for r in runs
+                                      if r.get("own_cpu_s") and r.get("samples")}):  # fmt: skip
+        group = [r for r in runs_of(runs, state, world, tool) if r.get("own_cpu_s")]
+        by_epochs = sorted({r["epochs"] for r in group})
+        row: dict[str, Any] = {"cache": state, "world": world, "tool": tool}
+        row["all_in"] = {e: spread([r["own_cpu_s"] / r["samples"] for r in group
+                                    if r["epochs"] == e]) for e in by_epochs}  # fmt: skip
+        if len(by_epochs) > 1:
+            lo = {r["repeat"]: r for r in group if r["epochs"] == by_epochs[0]}
+            hi = {r["repeat"]: r for r in group if r["epochs"] == by_epochs[-1]}
+            row["marginal"] = spread([
+                (hi[k]["own_cpu_s"] - lo[k]["own_cpu_s"]) / (hi[k]["samples"] - lo[k]["samples"])
+                for k in sorted(lo.keys() & hi.keys())
+            ])  # fmt: skip
+        out.append(row)
+    return out
+
+
 def mean(values: list[float]) -> float | None:
     return spread(values)["mean"]
 
 
-def runs_of(runs: list[dict[str, Any]], state: str, world: int, tool: str) -> list[dict[str, Any]]:
-    return [r for r in runs if (r["cache"], r["world"], r["tool"]) == (state, world, tool)]
+def runs_of(
+    runs: list[dict[str, Any]], state: str, world: int, tool: str | None = None
+) -> list[dict[str, Any]]:
+    """The runs of one cache state and world size (and tool, unless None)."""
+    return [r for r in runs if (r["cache"], r["world"]) == (state, world)
+            and tool in (None, r["tool"])]  # fmt: skip
 
 
 def _pm(s: dict[str, Any], digits: int) -> str:
@@ -288,7 +322,22 @@ def render(res: dict[str, Any]) -> str:
         "| cache | ranks | DLIO | AU ratio | samples/s ratio |",
         "|---|---|---|---|---|",
     ]
-    return "\n".join(lines + (head + ratios if ratios else [])) + "\n"
+    return "\n".join(lines + (head + ratios if ratios else []) + _cpu_lines(res)) + "\n"
+
+
+def _cpu_lines(res: dict[str, Any]) -> list[str]:
+    """The CPU-per-sample table (:func:`cpu_per_sample`), when the runs measured it."""
+    rows = res.get("cpu_per_sample") or []
+    if not rows:
+        return []
+    lines = ["", "CPU seconds per sample of each tool's processes (mean ± std over repeats):", "",
+             "| cache | ranks | tool | all-in, by epochs per run | marginal (start-up cancelled) |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for row in rows:
+        all_in = ", ".join(f"{e}: {_pm(s, 4)}" for e, s in row["all_in"].items())
+        lines.append(f"| {row['cache']} | {row['world']} | {row['tool']} | {all_in} "
+                     f"| {_pm(row.get('marginal') or {}, 4)} |")  # fmt: skip
+    return lines
 
 
 def per_sample_cpu(files: list[Path], repeats: int) -> dict[str, Any]:

@@ -216,7 +216,8 @@ def _reap_orphans(timeout_s: float = 10.0) -> int:
 
 
 class CpuMeter:
-    """CPU used on our CPUs during a run by anything but this process and its descendants.
+    """CPU used on our CPUs during a run by anything but this process and its descendants
+    (``other_cores``), and by them (``own_cpu_s``, CPU seconds).
 
     A shared or noisy machine shows up here: ``other_cores`` is that CPU time / wall time. Kernel
     work for our own I/O (readahead, interrupts) counts as other, a few hundredths of a core.
@@ -234,9 +235,10 @@ class CpuMeter:
             _reap_orphans()
         wall = time.perf_counter() - self.t0
         b1 = _cpu_busy_s()
+        self.own_cpu_s = _own_cpu_s() - self.o0  # the run's processes, once all are reaped
         self.other_cores = None
         if self.b0 is not None and b1 is not None and wall > 0:
-            other = (b1 - self.b0) - (_own_cpu_s() - self.o0)
+            other = (b1 - self.b0) - self.own_cpu_s
             self.other_cores = max(0.0, other) / wall
 
 
