@@ -163,9 +163,7 @@ def comparisons(runs: list[dict[str, Any]], tools: list[str]) -> list[dict[str, 
     repeat by repeat (interleaved runs: drift hits both sides of a pair)."""
     out = []
     for state, world in sorted({(r["cache"], r["world"]) for r in runs}):
-        fewest = min(r["epochs"] for r in dlio.runs_of(runs, state, world))  # aligned orders
-        group = {t: [r for r in dlio.runs_of(runs, state, world, t) if r["epochs"] == fewest]
-                 for t in tools}  # fmt: skip
+        group = {t: dlio.aligned_runs(runs, state, world, t) for t in tools}
         row: dict[str, Any] = {"cache": state, "world": world}
         row["tools"] = {t: dlio.summarise(rs) for t, rs in group.items() if rs}
         fb = group.get("feedbench") or []

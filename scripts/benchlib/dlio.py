@@ -247,7 +247,10 @@ def cpu_per_sample(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     a run's CPU / its samples, start-up (imports, process starts) included; ``marginal``: between
     runs of fewer and more epochs, paired repeat by repeat, (CPU_more − CPU_fewer) / (samples_more
     − samples_fewer): the work per sample alone, start-up cancelled. Unlike AU and samples/s,
-    CPU time hardly moves with other load, and on saturated cores it sets the rate."""
+    CPU time hardly moves with other load, and on saturated cores it sets the rate. Not quite
+    alike: feedbench's further epochs are further repeats, each forking its consumers and
+    workers again, where DLIO's workers persist across epochs; feedbench's marginal figure
+    carries that, an upper bound on its work per sample."""
     out = []
     for state, world, tool in sorted({(r["cache"], r["world"], r["tool"]) for r in runs
                                       if r.get("own_cpu_s") and r.get("samples")}):  # fmt: skip
@@ -279,6 +282,13 @@ def runs_of(
             and tool in (None, r["tool"])]  # fmt: skip
 
 
+def aligned_runs(runs: list[dict[str, Any]], state: str, world: int, tool: str) -> list[dict]:
+    """The runs AU and samples/s are compared on: those of the fewest epochs (one, unless asked
+    otherwise), where both tools read the same files in the same order."""
+    fewest = min((r.get("epochs", 1) for r in runs_of(runs, state, world)), default=1)
+    return [r for r in runs_of(runs, state, world, tool) if r.get("epochs", 1) == fewest]
+
+
 def _pm(s: dict[str, Any], digits: int) -> str:
     if not s or s.get("mean") is None:
         return "–"
@@ -302,7 +312,7 @@ def render(res: dict[str, Any]) -> str:
     ratios = []
     for row in res.get("comparisons", []):
         for tool, s in row["tools"].items():
-            runs = runs_of(res["runs"], row["cache"], row["world"], tool)
+            runs = aligned_runs(res["runs"], row["cache"], row["world"], tool)
             lines.append(
                 f"| {row['cache']} | {row['world']} | {tool} | {_pm(s['au'], 3)} "
                 f"| {_pm(s['samples_per_s'], 2)} | {_pm(s['steady_samples_per_s'], 2)} "
