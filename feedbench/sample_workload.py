@@ -27,11 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from feedbench.core.errors import FeedbenchError
-from feedbench.core.workloads import Shape, get_shape
+from feedbench.core.workloads import MIN_SAMPLES, Shape, get_shape
 from feedbench.version import __version__
 from loaders.data import tfrecord
 
-MIN_SAMPLES = 32
 MIN_FILES = 4  # small datasets still spread over this many files, so ranks share files
 SIZES = 0x5A3E  # the size stream's key, apart from every sample index's
 DATA_DIR = "data"

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from feedbench.cli import options as o
 from feedbench.cli.app import app, err, out
 from feedbench.core.errors import FeedbenchError
-from feedbench.sample_workload import MIN_SAMPLES
+from feedbench.core.workloads import MIN_SAMPLES  # not sample_workload: it imports torch
 
 
 @app.command()

@@ -189,13 +189,14 @@ def write_outputs(result: VerifyResult, target: Path, plots: bool) -> None:
     from feedbench.core.envelope import save
     from feedbench.core.redact import scrub
     from feedbench.report.verify_console import render_verify
-    from feedbench.report.verify_plots import write_plots
 
     save(result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
     render_verify(result, out)
     out.print(f"results: {target}")
     if plots and result.runs:
+        from feedbench.report.verify_plots import write_plots  # matplotlib: only when drawing
+
         written = write_plots(result, target.parent, target.stem)
         if written:
             out.print("plots: " + ", ".join(str(p) for p in written))

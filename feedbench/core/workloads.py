@@ -84,6 +84,7 @@ ROWS: list[Row] = [
         f"{_MLPERF_AU}"),
 ]  # fmt: skip
 
+MIN_SAMPLES = 32  # `feedbench sample --workload` writes at least this many, however small --size
 DEFAULT_ACCELERATOR = "h100"  # the MLPerf Storage reference accelerator of every workload
 
 

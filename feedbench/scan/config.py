@@ -11,7 +11,8 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import get_row, get_shape
 from feedbench.scan.factory import check_options, is_user_spec, resolve
 from feedbench.scan.profiles import get_profile
-from feedbench.scan.stages import STAGES
+
+STAGES = ("read", "decode", "augment", "collate", "transfer")  # a sample's path, in order
 
 PASSES = ("cold", "warm")
 

@@ -15,7 +15,9 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
-STAGES = ("read", "decode", "augment", "collate", "transfer")
+from feedbench.scan.config import STAGES
+
+__all__ = ["STAGES"]  # named in config, which is imported without torch
 
 
 class DecodeError(Exception):

@@ -132,7 +132,7 @@ def resolve(config: VerifyConfig) -> Settings:
         raise FeedbenchError(f"--scaling takes weak or strong (got {config.scaling!r})")
     if not config.gpus or min(config.gpus) < 1:
         raise FeedbenchError("--gpus takes counts ≥ 1")
-    present = cuda_count()
+    present = cuda_count() if config.device != "cpu" else 0  # CPU runs: no CUDA to start
     device = config.device if config.device != "auto" else ("cuda" if present else "cpu")
     if device == "cuda":
         check_gpus(config.gpus, present)

@@ -259,6 +259,16 @@ def test_entry_point_error_has_no_traceback(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_the_command_line_starts_without_torch():
+    """The commands' modules load without torch (2-3 s to import) or matplotlib: `feedbench
+    --help` and a bad option answer at once; torch comes in where a command runs."""
+    loaded = "[m for m in ('torch', 'matplotlib') if m in sys.modules]"
+    code = f"import sys, feedbench.cli; print({loaded})"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
 def test_warm_pass_warms_the_cache_first(dataset):
     files = [str(p) for p in sorted((dataset / "shards").glob("*.tar"))]
     cache.evict(files)
