@@ -112,7 +112,10 @@ def found_max(tmp_path_factory, dataset):
     out = tmp_path_factory.mktemp("fm") / "fm.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--stages",
            "read", "--batch-size", "4", "--workers", "1", "--step-time", "0.05", "--find-max",
-           "--max-consumers", "4", "--no-plots", "--json", str(out)]  # fmt: skip
+           "--max-consumers", "4", "--no-plots", "--json", str(out),
+           "--target-au", "0.6"]  # fmt: skip
+    # (0.6: reads of a few ms leave AU near 1, but one descheduling on 2 busy cores could take
+    # a 5-batch window below the default 0.9, as it did a test of the same shape in CI)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     fm = json.loads(out.read_text())["config"]["find_max_result"]

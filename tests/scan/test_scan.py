@@ -260,10 +260,12 @@ def test_entry_point_error_has_no_traceback(tmp_path):
 
 
 def test_the_command_line_starts_without_torch():
-    """The commands' modules load without torch (2-3 s to import) or matplotlib: `feedbench
-    --help` and a bad option answer at once; torch comes in where a command runs."""
+    """The commands' modules, compare's and verify's parent's work and ``loaders.data`` load
+    without torch (2-3 s to import) or matplotlib: `feedbench --help`, a bad option and
+    `compare` answer at once; torch comes in where something is measured or drawn."""
     loaded = "[m for m in ('torch', 'matplotlib') if m in sys.modules]"
-    code = f"import sys, feedbench.cli; print({loaded})"
+    modules = "feedbench.cli, feedbench.report.compare, feedbench.verify.run, loaders.data"
+    code = f"import sys, {modules}; print({loaded})"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
