@@ -9,7 +9,7 @@ import torch
 
 from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
-from loaders.dist import DistInfo, discover, shard_indices
+from loaders.dist import DistInfo, default_workers, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
 from loaders.option_values import check_values
 from loaders.transforms import (
@@ -106,17 +106,6 @@ def high_priority_stream(device: str | torch.device | None = None) -> torch.cuda
     dev = torch.device("cuda", torch.cuda.current_device()) if device is None else device
     _, highest = torch.cuda.Stream.priority_range()
     return torch.cuda.Stream(device=dev, priority=highest)
-
-
-def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1) -> int:
-    """THE default number of loader workers (DALI: threads) for a rank: its share of the cores
-    this process may run on, less ``reserve`` cores kept for the rank's own work, and at least
-    ``minimum`` (0: the rank loads in its own process)."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(minimum, cores // max(1, local_world_size) - reserve)
 
 
 def check_options(backend: str, options: dict) -> None:

@@ -123,3 +123,14 @@ def eval_indices(n: int, rank: int, world_size: int) -> np.ndarray:
     if n < 1:
         raise ValueError("cannot shard an empty dataset")
     return np.arange(n * rank // world_size, n * (rank + 1) // world_size, dtype=np.int64)
+
+
+def default_workers(local_world_size: int, *, reserve: int = 0, minimum: int = 1) -> int:
+    """THE default number of loader workers (DALI: threads) for a rank: its share of the cores
+    this process may run on, less ``reserve`` cores kept for the rank's own work, and at least
+    ``minimum`` (0: the rank loads in its own process)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(minimum, cores // max(1, local_world_size) - reserve)

@@ -187,3 +187,13 @@ class ScanResult(Envelope):
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:
     return envelope.load(path, KIND, ScanResult, data)
+
+
+@dataclass
+class RankOutcome:
+    """What a consumer hands back for one measurement: rank 0's merged measurement (others: their
+    own), the samples that failed, and warnings."""
+
+    measurement: Measurement
+    errors: list[SampleError]
+    warnings: list[str]

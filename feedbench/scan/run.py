@@ -34,19 +34,13 @@ from feedbench.core.supervise import (
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_exit_handlers
-from feedbench.scan.rank import (
-    SCAN_PID_ENV,
-    RankOutcome,
-    _check_direct,
-    open_source,
-    run_rank,
-)
-from feedbench.scan.results import Measurement, ScanResult
+from feedbench.scan.opening import SCAN_PID_ENV, check_direct, open_source
+from feedbench.scan.results import Measurement, RankOutcome, ScanResult
 from feedbench.scan.sizing import assess, disturbed, find_max_result, short_count
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from feedbench.scan.verdict import judge
-from loaders import default_workers
+from loaders.dist import default_workers
 
 
 def _spawned(
@@ -80,6 +74,8 @@ def _spawned(
     def progress(nbytes: int) -> None:  # one writer per slot: no lock needed
         done_bytes[local_rank] += nbytes
         beats[local_rank] += 1  # a batch taken (also one of failed samples): not stalled
+
+    from feedbench.scan.rank import run_rank  # imported by the server already (preload)
 
     try:
         run_rank(
@@ -125,7 +121,7 @@ def start_consumer_server() -> None:
     process lists and prepares the data. Idempotent."""
     from multiprocessing import forkserver
 
-    forkserver.set_forkserver_preload([__name__])
+    forkserver.set_forkserver_preload([__name__, "feedbench.scan.rank"])  # torch, the consumer
     forkserver.ensure_running()
 
 
@@ -340,7 +336,7 @@ def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
             f"--direct reads whole files; {source.fmt} samples lie at unaligned offsets in theirs"
         )
     if config.direct:
-        _check_direct(source)
+        check_direct(source)
     biggest = max(config.consumers)
     if source.kind == "shards" and source.units() < biggest:
         raise FeedbenchError(

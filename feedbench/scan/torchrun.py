@@ -17,7 +17,7 @@ from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
 from feedbench.scan.run import _absorb, _finish, _in_flight, new_result, validate
 from feedbench.scan.sweep import curve
-from loaders import default_workers
+from loaders.dist import default_workers
 
 # (rank 0's result, or None on another rank; the error to tell): the results written, the
 # error said; called on the stall watch's thread, before the rank leaves with exit code 3

@@ -518,7 +518,7 @@ def make_loader(
             seed=seed + rank,
         )  # fmt: skip
     if name == BASELINE:
-        from loaders import default_workers
+        from loaders.dist import default_workers
 
         w = workers if workers is not None else default_workers(_local_world(world_size), reserve=2)
         return StockLoader(
@@ -536,7 +536,7 @@ def make_loader(
             image_size=image_size, workers=workers if workers is not None else 4, seed=seed,
         )  # fmt: skip
     if is_user(name):
-        from loaders import default_workers
+        from loaders.dist import default_workers
 
         w = workers if workers is not None else default_workers(_local_world(world_size), reserve=2)
         return UserLoader(

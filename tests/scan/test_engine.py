@@ -75,21 +75,22 @@ def test_au_formula(step, wait, sync, au):
 
 
 def test_au_on_a_source_with_known_delay(dataset):
-    """Loading in the consumer (0 workers): each batch of 4 waits 4 × 10 ms; the step is 40 ms."""
+    """Loading in the consumer (0 workers): each batch of 4 waits 4 × 20 ms; the step is 80 ms
+    (long enough that one descheduling on 2 busy cores cannot decide the 5-step window)."""
     cfg = ScanConfig(
         str(dataset / "images"),
         stages=("read",),
         batch_size=4,
         workers=0,
-        read_latency_s=0.010,
-        step_s=0.040,
+        read_latency_s=0.020,
+        step_s=0.080,
     )
     (m,) = scan(cfg).measurements
     c = m.per_consumer[0]
     assert c.batches == 6
-    assert 0.3 <= c.au <= 0.52, c  # 40 / (40 + 40 + read time): about one half at most
-    assert c.data_wait.p50_s >= 0.040
-    # two workers prefetch while the step runs: 40 ms of loading per worker and batch, halved
+    assert 0.3 <= c.au <= 0.52, c  # 80 / (80 + 80 + read time): about one half at most
+    assert c.data_wait.p50_s >= 0.080
+    # two workers prefetch while the step runs: 80 ms of loading per worker and batch, halved
     cfg.workers = 2
     (m2,) = scan(cfg).measurements
     assert m2.per_consumer[0].au > 0.75, m2.per_consumer[0]

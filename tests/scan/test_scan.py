@@ -260,11 +260,13 @@ def test_entry_point_error_has_no_traceback(tmp_path):
 
 
 def test_the_command_line_starts_without_torch():
-    """The commands' modules, compare's and verify's parent's work and ``loaders.data`` load
-    without torch (2-3 s to import) or matplotlib: `feedbench --help`, a bad option and
-    `compare` answer at once; torch comes in where something is measured or drawn."""
+    """The commands' modules, the parent's side of scan, verify and compare, and
+    ``loaders.data`` load without torch (2-3 s to import) or matplotlib: `feedbench --help`, a
+    bad path or option and `compare` answer at once; torch comes in where something is measured
+    (scan's consumers are forked from a server that imported it) or drawn."""
     loaded = "[m for m in ('torch', 'matplotlib') if m in sys.modules]"
-    modules = "feedbench.cli, feedbench.report.compare, feedbench.verify.run, loaders.data"
+    modules = ("feedbench.cli, feedbench.scan.run, feedbench.report.compare, feedbench.verify.run, "
+               "loaders.data")  # fmt: skip
     code = f"import sys, {modules}; print({loaded})"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)  # fmt: skip

@@ -1,0 +1,65 @@
+"""What the scan's parent and each of its consumers do before measuring, without torch (the
+parent imports none: a bad path or option answers at once): open the source the config names."""
+
+from __future__ import annotations
+
+from feedbench.core.errors import FeedbenchError
+from feedbench.scan.config import ScanConfig
+from feedbench.scan.factory import is_user_spec
+from feedbench.scan.sources import Source, detect, detect_files
+
+SCAN_PID_ENV = "FEEDBENCH_SCAN_PID"  # set by a local scan for its consumers (not by torchrun)
+
+
+def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
+    if is_user_spec(config.loader):  # the user's loader reads the path its own way
+        source, notes = detect_files(config.path), []
+    else:
+        source, notes = detect(config.path, config.fmt)
+        if source.kind == "records":
+            notes += _record_stages(config, source.fmt)
+    # THE READING THREAD (local shards) only where reading is the whole job, the storage test
+    # (`--stages read`): there the tar walk must not stand in for the storage. In a pipeline a
+    # worker reads in series with its other stages, as a WebDataset worker does, and each stage's
+    # time stays its own (a thread would turn the read stage's time into time spent waiting and
+    # "read alone would run N× faster" into a guess). The results record what was used.
+    config.read_thread = bool(
+        config.read_thread
+        and source.kind == "shards"
+        and not source.remote
+        and not config.read_ahead_mb
+        and tuple(config.stages) == ("read",)
+        and config.loader is None
+    )
+    source.set_options(
+        direct=config.direct,
+        latency_s=config.read_latency_s,
+        read_ahead=int(config.read_ahead_mb * (1 << 20)),
+        read_thread=config.read_thread,
+    )
+    return source, notes
+
+
+def _record_stages(config: ScanConfig, fmt: str) -> list[str]:
+    """Data files go through read and their format's decode only (augment, collate and
+    transfer are image stages): ``config.stages`` cut to those, and a note when that drops one."""
+    from loaders.data.records import has_decode
+
+    allowed = ("read", "decode") if has_decode(fmt) else ("read",)
+    kept = tuple(s for s in config.stages if s in allowed)
+    dropped = [s for s in config.stages if s not in allowed]
+    config.stages = kept
+    if not dropped:
+        return []
+    return [f"format {fmt}: stages {','.join(kept)} ({','.join(dropped)}: images only)"]
+
+
+def check_direct(source: Source) -> None:
+    from loaders.data import read_file
+
+    try:
+        read_file(str(source.files()[0]), direct=True)
+    except OSError as e:
+        raise FeedbenchError(
+            f"--direct: O_DIRECT reads fail on this filesystem ({e.strerror or e})"
+        ) from e
