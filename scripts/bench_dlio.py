@@ -26,8 +26,11 @@ after every file was read once; ``--epochs 1,3`` runs both counts, interleaved, 
 tool's CPU seconds per sample with start-up cancelled (AU and samples/s from the 1-epoch runs).
 AU and samples/s are DLIO's definitions (``benchlib/dlio.py``); the load average before and
 after every run and the CPU other processes used during it are kept, so a disturbed run can be
-spotted. ``--cpu-check N`` instead compares the CPU time per
-sample of DLIO's npz read and feedbench's read + decode on N files (load-insensitive).
+spotted. A run still going after ``--run-timeout`` seconds is hung: each of its Python
+processes writes its stacks into the run's ``log.txt`` (faulthandler, on SIGABRT), it is
+killed, recorded as hung and left out of the figures, and the next run starts. ``--cpu-check
+N`` instead compares the CPU time per sample of DLIO's npz read and feedbench's read + decode
+on N files (load-insensitive).
 
 Results: ``--out`` (JSON, rewritten after every run) and a Markdown table beside it (``.md``).
 ``--write-config`` writes the link trees and DLIO's configs and exits (no DLIO needed).
@@ -79,6 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quiet-wait", type=float, default=120.0, help="but at most this long (s)")
     p.add_argument("--cpu-check", type=int, metavar="N",
                    help="only: CPU per sample of both readers, N files, warm")  # fmt: skip
+    p.add_argument("--run-timeout", type=float, default=3600,
+                   help="seconds until a run is hung: stacks logged, run left out")  # fmt: skip
     p.add_argument("--render", action="store_true", help="print --out's Markdown table and exit")
     p.add_argument("--write-config", action="store_true", help="write the tree and config only")
     args = p.parse_args(argv)
@@ -146,16 +151,20 @@ def one_run(
     else:
         cmd, extra = dlio.dlio_command(tool, args.dlio_python, world, env["config_dir"],
                                        run_dir, epochs, args.mpi)  # fmt: skip
-    meta = dlio.timed(cmd, extra, run_dir, run_dir / "log.txt")
+    run = {"tool": tool, "world": world, "cache": state, "repeat": rep, "epochs": epochs}
+    try:
+        meta = dlio.timed(cmd, extra, run_dir, run_dir / "log.txt", args.run_timeout)
+    except dlio.Hung as e:
+        log(f"  hung: {e}")
+        return run | {"hung": str(e), "command": shlex.join(cmd)}
     if tool == "feedbench":
         metrics = dlio.feedbench_metrics(json.loads((run_dir / "feedbench.json").read_text()))
     else:
         metrics = dlio.dlio_metrics(run_dir, batch)
     shown = " ".join(f"{k}={v}" for k, v in extra.items())
     command = (shown + " " if shown else "") + shlex.join(cmd)
-    return {"tool": tool, "world": world, "cache": state, "repeat": rep, "epochs": epochs,
-            **prepared, "waited_s": waited_s, "other_cores_at_start": load,
-            "command": command, **meta, **metrics}  # fmt: skip
+    return run | {**prepared, "waited_s": waited_s, "other_cores_at_start": load,
+                  "command": command, **meta, **metrics}  # fmt: skip
 
 
 def comparisons(runs: list[dict[str, Any]], tools: list[str]) -> list[dict[str, Any]]:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -313,6 +314,26 @@ def test_bench_dlio_cpu_per_sample_cancels_start_up(tmp_path, monkeypatch):
     assert "| warm | 2 | dlio | 1: 0.3667 ± 0.0337, 3: 0.2556 ± 0.0112 | 0.2000 ± 0.0000 |" in (
         dlio.render({"cpu_per_sample": [row]})
     )
+
+
+def test_bench_dlio_a_hung_run_leaves_its_stacks_and_no_process(tmp_path, monkeypatch):
+    """A run whose processes never end (a parent waiting on a child, as mpirun on its ranks):
+    after the timeout each Python process writes its stack into the log and all are gone."""
+    monkeypatch.syspath_prepend(str(SCRIPTS))
+    from benchlib import dlio
+
+    child = "import time\ndef rank_waits_here():\n    time.sleep(600)\nrank_waits_here()\n"
+    parent = f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {child!r}])\n"
+    log = tmp_path / "log.txt"
+    with pytest.raises(dlio.Hung, match="stacks of 2 Python processes"):
+        # the environment DLIO's command carries (mpirun passes it on to the ranks)
+        dlio.timed([sys.executable, "-c", parent], {"PYTHONFAULTHANDLER": "1"}, tmp_path, log,
+                   timeout_s=2)  # fmt: skip
+    text = log.read_text()
+    assert text.count("Fatal Python error: Aborted") == 2, text
+    assert "in rank_waits_here" in text and "in run" in text, text  # the child's, the parent's
+    mine = {p.pid for p in psutil.Process().children(recursive=True)}
+    assert not any("rank_waits_here" in " ".join(p.cmdline()) for p in map(psutil.Process, mine))
 
 
 def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):

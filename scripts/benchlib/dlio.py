@@ -12,6 +12,7 @@ DLIO's definitions (dlio_benchmark 2.0.0, ``utils/statscounter.py``), per rank a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -158,7 +159,9 @@ def dlio_command(
 ) -> tuple[list[str], dict[str, str]]:  # fmt: skip
     """DLIO under MPI, as shipped (its console entry, tracer on), or lean (dlio_lean.py: the
     per-sample debug f-strings gone, ``DFTRACER_ENABLE=0``); returns (argv, extra environment)."""
-    env = {} if tool == "dlio" else {"DFTRACER_ENABLE": "0"}
+    env = {"PYTHONFAULTHANDLER": "1"}  # a hung run's ranks print their stacks (:func:`timed`)
+    if tool != "dlio":
+        env["DFTRACER_ENABLE"] = "0"
     entry = [str(Path(dlio_python).parent / "dlio_benchmark")]
     if tool == "dlio-lean":
         entry = [dlio_python, str(LEAN)]
@@ -213,14 +216,29 @@ def feedbench_command(
     return cmd + (["--drop-caches"] if cache == "cold" else [])
 
 
-def timed(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> dict[str, Any]:
+class Hung(RuntimeError):
+    """A run that outlived its time: its processes' Python stacks are in its log."""
+
+
+def timed(
+    cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path, timeout_s: float = 3600
+) -> dict[str, Any]:
     """Run ``cmd``; its wall time, the load average around it, the CPU seconds its processes
-    used and other processes' CPU use (cores)."""
+    used and other processes' CPU use (cores). A run still going after ``timeout_s`` is
+    :class:`Hung`: every Python process in it is sent SIGABRT first, on which faulthandler
+    (``PYTHONFAULTHANDLER=1``) writes each thread's stack into the log, then all are killed."""
     load0 = os.getloadavg()
     t0 = time.perf_counter()
+    full = {**os.environ, "PYTHONFAULTHANDLER": "1", **env}
     with CpuMeter() as meter, open(log_path, "w") as log:
-        proc = subprocess.run(cmd, env=dict(os.environ, **env), cwd=cwd, stdout=log,
-                              stderr=subprocess.STDOUT, timeout=3600)  # fmt: skip
+        proc = subprocess.Popen(cmd, env=full, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            dumped = _dump_and_kill(proc)
+            raise Hung(f"{cmd[0]} still running after {timeout_s:.0f} s; stacks of {dumped} "
+                       f"Python processes in {log_path}") from None  # fmt: skip
     if proc.returncode != 0:
         tail = log_path.read_text()[-800:]
         raise RuntimeError(f"{cmd[0]} failed ({proc.returncode}), {log_path}:\n{tail}")
@@ -231,6 +249,34 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> dic
         "other_cores": meter.other_cores,
         "own_cpu_s": meter.own_cpu_s,
     }
+
+
+def _dump_and_kill(proc: subprocess.Popen, settle_s: float = 3.0) -> int:
+    """Every Python process of ``proc``'s tree writes its stacks (SIGABRT: faulthandler), then
+    the session is killed; returns how many wrote. All are stopped first, so the stacks are
+    those of the hang (a parent waiting on a child does not move on when the child goes), then
+    resumed one at a time, so that the stacks in the shared log do not interleave."""
+    import signal
+
+    import psutil
+
+    pythons = []
+    with contextlib.suppress(psutil.Error):
+        top = psutil.Process(proc.pid)
+        for p in [top, *top.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                if "python" in p.name().lower():
+                    p.suspend()
+                    pythons.append(p)
+    for p in pythons:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(signal.SIGABRT)
+            p.resume()
+            psutil.wait_procs([p], timeout=settle_s)  # it writes its stacks, then exits
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return len(pythons)
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,9 +323,9 @@ def mean(values: list[float]) -> float | None:
 def runs_of(
     runs: list[dict[str, Any]], state: str, world: int, tool: str | None = None
 ) -> list[dict[str, Any]]:
-    """The runs of one cache state and world size (and tool, unless None)."""
+    """The measured runs (not hung) of one cache state and world size (and tool, unless None)."""
     return [r for r in runs if (r["cache"], r["world"]) == (state, world)
-            and tool in (None, r["tool"])]  # fmt: skip
+            and tool in (None, r["tool"]) and not r.get("hung")]  # fmt: skip
 
 
 def aligned_runs(runs: list[dict[str, Any]], state: str, world: int, tool: str) -> list[dict]:
@@ -332,7 +378,12 @@ def render(res: dict[str, Any]) -> str:
         "| cache | ranks | DLIO | AU ratio | samples/s ratio |",
         "|---|---|---|---|---|",
     ]
-    return "\n".join(lines + (head + ratios if ratios else []) + _cpu_lines(res)) + "\n"
+    hung = [f"- {r['cache']}, {r['world']} rank(s), repeat {r['repeat']}, {r['tool']}: {r['hung']}"
+            for r in res.get("runs", []) if r.get("hung")]  # fmt: skip
+    if hung:
+        hung = ["", "Runs that hung (left out of every figure above):", "", *hung]
+    tables = lines + (head + ratios if ratios else []) + _cpu_lines(res)
+    return "\n".join(tables + hung) + "\n"
 
 
 def _cpu_lines(res: dict[str, Any]) -> list[str]:
