@@ -12,6 +12,7 @@ SCAN_PID_ENV = "FEEDBENCH_SCAN_PID"  # set by a local scan for its consumers (no
 
 
 def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
+    """The source ``config`` names, with its read options set, and notes for the results."""
     if is_user_spec(config.loader):  # the user's loader reads the path its own way
         source, notes = detect_files(config.path), []
     else:
@@ -55,6 +56,7 @@ def _record_stages(config: ScanConfig, fmt: str) -> list[str]:
 
 
 def check_direct(source: Source) -> None:
+    """--direct: one O_DIRECT read of the first file, so a filesystem without it fails at once."""
     from loaders.data import read_file
 
     try:

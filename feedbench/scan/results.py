@@ -191,8 +191,9 @@ def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> Sc
 
 @dataclass
 class RankOutcome:
-    """What a consumer hands back for one measurement: rank 0's merged measurement (others: their
-    own), the samples that failed, and warnings."""
+    """What rank 0 hands back for one measurement (the other ranks hand back nothing): the
+    measurement built from every consumer's stats, every consumer's failed samples, and the
+    warnings from preparing the cache."""
 
     measurement: Measurement
     errors: list[SampleError]
