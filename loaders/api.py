@@ -125,9 +125,10 @@ def check_options(backend: str, options: dict) -> None:
 
 AUTO = "auto"
 # Cores per rank from which ``backend="auto"`` decodes on the CPU: with 16 cores per H200 the
-# CPU loaders fed ResNet-50 training at 0.98-0.99 of the synthetic ceiling and DALI at 0.92
-# (its GPU work beside training's); with fewer cores the CPU loaders fall behind first
-# (~300 JPEGs/s per core against ~4,500 img/s asked). BENCHMARKS.md: "backend='auto'".
+# CPU loaders (workers at a lower priority) and DALI all feed ResNet-50 training at 0.96-0.97
+# of the synthetic ceiling, and the CPU loaders leave the GPU to training; with fewer cores
+# they fall behind first (~300 JPEGs/s per core against ~4,500 img/s asked). BENCHMARKS.md:
+# "Loader workers at a lower priority".
 AUTO_CPU_CORES = 16
 
 
@@ -185,7 +186,9 @@ def build_loader(
 
     * all: ``prefetch`` (batches per worker, torch/wds; pipeline depth, dali),
     * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
-      ``multiprocessing_context``, ``batch_transform`` (your callable on each uint8 N×3×H×W
+      ``multiprocessing_context``, ``worker_nice`` (how many steps of niceness below this
+      process the workers run, 0–19; 10 by default, so the training process's own thread is
+      never kept waiting by a decoder), ``batch_transform`` (your callable on each uint8 N×3×H×W
       batch, on the output device, before the normalisation; ``normalize=False`` yields its
       output, or the uint8 batch, as it is: :class:`loaders.transforms.BatchOutput`),
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),

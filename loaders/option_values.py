@@ -33,6 +33,12 @@ def _milliseconds(name: str, value: Any) -> str | None:
     return None
 
 
+def _nice(name: str, value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 19:
+        return f"{name} takes a niceness from 0 to 19, not {value!r}"
+    return None
+
+
 def _fraction(name: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
         return f"{name} takes a fraction from 0 to 1, not {value!r}"
@@ -58,6 +64,7 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "hw_decoder_load": _fraction,
     "decode": _one_of("auto", "gpu", "cpu"),
     "decoder": _one_of(*DECODERS),
+    "worker_nice": _nice,
 }
 
 

@@ -43,6 +43,9 @@ from loaders.dist import eval_indices, shard_indices
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
 
+# How far below the training process's priority the workers run (``worker_nice``; 0: the same).
+WORKER_NICE = 10
+
 
 class _EpochBatchSampler:
     """This rank's indices in batches, each tagged ``(epoch, batch number, indices)``.
@@ -151,16 +154,35 @@ class ImageDataset(Dataset):
         return images[: len(keep)], labels, keys, skipped
 
 
-def worker_options(workers: int, prefetch: int, multiprocessing_context) -> dict:
-    """DataLoader options shared by the torch and wds backends: persistent, prefetching workers."""
+def worker_options(workers: int, prefetch: int, multiprocessing_context, nice: int) -> dict:
+    """DataLoader options shared by the torch and wds backends: persistent, prefetching workers,
+    ``nice`` steps below the training process's priority."""
     if workers <= 0:
         return {}
     return dict(
         persistent_workers=True,
         prefetch_factor=prefetch,
-        worker_init_fn=_worker_init,
+        worker_init_fn=_WorkerStart(nice),
         multiprocessing_context=multiprocessing_context,
     )
+
+
+class _WorkerStart:
+    """A worker's first act (picklable, for spawned workers): lower its priority by ``nice``.
+
+    With a worker per core the decoders and the training process's own thread (kernel launches,
+    the optimizer, DDP's hooks) compete for the same cores, and a preempted launch thread idles
+    the GPU. At a lower priority the workers still take every core the training process leaves
+    idle, but yield at once when it wakes. BENCHMARKS.md: "Loader workers at a lower priority".
+    """
+
+    def __init__(self, nice: int) -> None:
+        self.nice = nice
+
+    def __call__(self, worker_id: int) -> None:
+        if self.nice:
+            os.nice(self.nice)
+        _worker_init(worker_id)
 
 
 def _worker_init(_: int) -> None:
@@ -222,6 +244,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         prefetch: int = 4,
         decoder: str = "auto",
         multiprocessing_context=None,
+        worker_nice: int = WORKER_NICE,
         batch_transform=None,
         normalize: bool = True,
         **common,
@@ -233,7 +256,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ImageDataset(index, self.decoder, self.seed, info.rank, pin=pin)
         self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
-        kwargs = worker_options(workers, prefetch, multiprocessing_context)
+        kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
             self.dataset,
             batch_sampler=self.batch_sampler,

@@ -61,7 +61,7 @@ from loaders.decode import CpuDecoder, DecodeError
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint
-from loaders.torch_backend import WorkersAcrossEpochs, _new_uint8, worker_options
+from loaders.torch_backend import WORKER_NICE, WorkersAcrossEpochs, _new_uint8, worker_options
 
 
 def split_by_node(src, rank: int, world_size: int):
@@ -332,6 +332,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         shuffle_buffer: int = 4096,
         decoder: str = "auto",
         multiprocessing_context=None,
+        worker_nice: int = WORKER_NICE,
         batch_transform=None,
         normalize: bool = True,
         **common,
@@ -374,7 +375,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             shuffle_buffer=max(1, shuffle_buffer // max(1, workers)),
             pin=pin and workers == 0,
         )
-        kwargs = worker_options(workers, prefetch, multiprocessing_context)
+        kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
             self.dataset,
             batch_size=None,

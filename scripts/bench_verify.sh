@@ -11,8 +11,9 @@
 #   scripts/bench_verify.sh smoke    # resnet18 at 128 px, 20 steps, every loader: ~3 min
 #   scripts/bench_verify.sh weak     # THE run: resnet50, 256 per GPU, 200 steps: ~7 min
 #   scripts/bench_verify.sh strong   # resnet50, global batch 512 (512 on 1 GPU, 256 each on 2)
-#   scripts/bench_verify.sh tune     # our DALI loader at 2 GPUs (resnet50, 256 per GPU, 100
-#                                    # steps) under each tuning variant, beside the synthetic
+#   scripts/bench_verify.sh tune     # our DALI loader (or the variant's --loader) at 2 GPUs
+#                                    # (resnet50, 256 per GPU, 100 steps) under each tuning
+#                                    # variant, beside the synthetic
 #                                    # ceiling: ~35 s a run. Variants: VARIANTS="name|options;..."
 #                                    # REPEAT=K interleaved repeats, STEPS, GPUS, SYNTHETIC=0,
 #                                    # EXTRA="options for every run, the ceilings too"
@@ -91,9 +92,14 @@ high-t6-split|--stream-priority high --workers 6 --cpu-affinity split"}
       for row in "${ROWS[@]}"; do
         name=${row%%|*}
         opts=${row#*|}
+        loader=dali  # a variant may name another: "name|--loader torch -o torch:..."
+        if [[ $opts =~ --loader\ ([a-z]+) ]]; then
+          loader=${BASH_REMATCH[1]}
+          opts=${opts/--loader $loader/}
+        fi
         # shellcheck disable=SC2086
-        "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader dali --no-synthetic $opts \
-          --json "$OUT/tune-$name$suffix.json" | grep -E "^dali" | sed "s/^/$name$suffix: /" || true
+        "$PY" -m feedbench.cli verify "$DATA" "${TUNE[@]}" --loader "$loader" --no-synthetic $opts \
+          --json "$OUT/tune-$name$suffix.json" | grep -E "^$loader" | sed "s/^/$name$suffix: /" || true
       done
     done
     "$PY" scripts/verify_table.py "$OUT"/tune-*.json

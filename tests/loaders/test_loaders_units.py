@@ -222,6 +222,32 @@ def test_close_stops_the_workers_that_ran_ahead(tmp_path, backend):
     loader.close()
 
 
+@pytest.mark.parametrize(("backend", "nice"), [("torch", None), ("wds", 3), ("torch", 0)])
+def test_workers_run_below_the_training_process(tmp_path, backend, nice):
+    """The workers run ``worker_nice`` steps (10 by default) below the process that iterates,
+    whose own priority is untouched; spawned workers too (the setting travels with them)."""
+    import multiprocessing
+
+    import psutil
+
+    from loaders.torch_backend import WORKER_NICE
+
+    root = make_tiny(tmp_path, n=64, per_shard=16)["tree" if backend == "torch" else "shards"]
+    options = {} if nice is None else {"worker_nice": nice}
+    context = "spawn" if nice == 3 else "fork"
+    mine = psutil.Process().nice()
+    before = set(multiprocessing.active_children())
+    loader = build_loader(root, backend, 16, image_size=16, workers=2, device="cpu",
+                          multiprocessing_context=context, **options)  # fmt: skip
+    next(iter(loader))
+    workers = set(multiprocessing.active_children()) - before
+    expected = min(19, mine + (WORKER_NICE if nice is None else nice))
+    assert len(workers) == 2
+    assert [psutil.Process(w.pid).nice() for w in workers] == [expected] * 2
+    assert psutil.Process().nice() == mine
+    loader.close()
+
+
 def test_two_wds_loaders_in_one_process_do_not_share_a_read_buffer(tmp_path):
     """Validation between two batches of training, both without workers: the paused training
     stream's shard reader must not see what validation read (one reused buffer per process
@@ -286,6 +312,7 @@ def _has_dali() -> bool:
         ("torch", {"prefetch": True}, "prefetch takes a whole number ≥ 1, not True"),
         ("wds", {"decoder": "gpu"}, "decoder takes auto, simplejpeg, pil or opencv, not 'gpu'"),
         ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0"),
+        ("torch", {"worker_nice": 20}, "worker_nice takes a niceness from 0 to 19, not 20"),
     ],
 )
 def test_option_values_are_checked_without_building(backend, options, match):
@@ -296,6 +323,6 @@ def test_option_values_are_checked_without_building(backend, options, match):
     with pytest.raises(ValueError, match=match):
         check_options(backend, options)
     good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0},
-            "torch": {"prefetch": 1, "decoder": "pil"},
+            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0},
             "wds": {"shuffle_buffer": 0, "prefetch": 8}}  # fmt: skip
     check_options(backend, good[backend])
