@@ -19,6 +19,10 @@ For each cache state, world size (1 and 2 processes) and repeat, the runs are in
 * ``feedbench``: ``feedbench scan WORK/dataset/train --workload unet3d --accelerator h100
   --consumers N``.
 
+AU leaves out only the first step, so a start-up transient that reaches into the second step
+weighs 1 / (steps − 1): with few steps per rank it decides the comparison. ``--copies K``
+(warm runs) links every file K times, for K times the steps from the same page cache.
+
 Cache: ``cold`` = one epoch (one pass) after every file was evicted and, as root,
 ``sync; echo 3 > /proc/sys/vm/drop_caches`` (feedbench also gets ``--drop-caches``);
 ``warm`` = ``--epochs`` epochs (default 1: after that DLIO and feedbench reshuffle differently)
@@ -74,6 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--epochs", default="1",
                    help="epochs per warm run (1: aligned); two counts: CPU/sample")  # fmt: skip
     p.add_argument("--files", type=int, help="use at most this many files")
+    p.add_argument("--copies", type=int, default=1,
+                   help="warm only: link every file K times (K× the steps per run)")  # fmt: skip
     p.add_argument("--read-threads", type=int,
                    help="both tools' read threads (default: the workload's, 4)")  # fmt: skip
     p.add_argument("--tools", default=",".join(dlio.TOOLS), help="dlio, dlio-lean, feedbench")
@@ -94,12 +100,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     bad = [t for t in args.tools if t not in dlio.TOOLS] + [
         c for c in args.caches if c not in ("cold", "warm")
     ]
-    threads = 1 if args.read_threads is None else args.read_threads
-    counts = (args.repeat, min(args.epochs), min(args.consumers), threads)
-    if bad or min(counts) < 1:
-        p.error(f"bad value {bad[0] if bad else 'repeat/epochs/consumers/read-threads < 1'}")
+    counts = {"--repeat": args.repeat, "--epochs": min(args.epochs),
+              "--consumers": min(args.consumers), "--copies": args.copies,
+              "--read-threads": 1 if args.read_threads is None else args.read_threads}  # fmt: skip
+    if bad:
+        p.error(f"bad value {bad[0]}")
+    for flag, value in counts.items():
+        if value < 1:
+            p.error(f"{flag} must be at least 1, not {value}")
     if len(args.epochs) > 1 and "cold" in args.caches:
         p.error("several --epochs counts are for warm runs (a cold run is one epoch)")
+    if args.copies > 1 and "cold" in args.caches:
+        p.error("--copies is for warm runs (a cold run would read every copy after the first warm)")
     args.out = args.out or args.work / "dlio-vs-feedbench.json"
     return args
 
@@ -110,7 +122,7 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
     folder, files)."""
     files = sorted(args.data.rglob("*.npz"))
     batch = get_row(dlio.WORKLOAD).batch_size
-    files = dlio.files_to_use(files, batch, max(args.consumers), args.files)
+    files = dlio.files_to_use(files, batch, max(args.consumers), args.files) * args.copies
     train = dlio.link_tree(files, args.work / "dataset")
     source, _ = detect(str(train), "npz")
     links = [Path(p) for p in source.files()]
@@ -206,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join(["python3", "scripts/bench_dlio.py", *argv]),
         "machine": machine(str(args.data), None) | {"python_impl": platform.python_version()},
-        "files": len(files),
+        "files": len(files),  # links: each file --copies times
+        "copies": args.copies,
         "bytes": sum(f.stat().st_size for f in files),
         "runs": [],
     }

@@ -269,6 +269,26 @@ def test_bench_dlio_writes_dlio_layout_and_config_over_the_same_files(tmp_path, 
     ], r.stderr
 
 
+def test_bench_dlio_copies_link_every_file_k_times_for_warm_runs_only(tmp_path):
+    """--copies K: K links to every file (K× the steps from the same page cache); refused for
+    cold runs, where every copy after the first would be read warm."""
+    from feedbench.sample_workload import make_workload
+
+    make_workload(tmp_path / "u3d", "unet3d", 0.0005)  # 32 small npz files → 28 used
+    script, work = str(SCRIPTS / "bench_dlio.py"), tmp_path / "work"
+    base = [sys.executable, script, "--data", str(tmp_path / "u3d"), "--work", str(work)]
+    r = subprocess.run([*base, "--copies", "3", "--caches", "warm", "--write-config"],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    links = sorted((work / "dataset" / "train").iterdir())
+    assert len(links) == 84 and links[-1].name == "img_0083_of_0084.npz"
+    assert links[28].resolve() == links[0].resolve() == links[56].resolve()
+    assert len({p.resolve() for p in links}) == 28
+    assert len(list((work / "dlio-np2" / "train").iterdir())) == 84
+    r = subprocess.run([*base, "--copies", "3", "--write-config"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--copies is for warm runs" in r.stderr
+
+
 def test_bench_dlio_reads_both_tools_metrics_the_dlio_way(tmp_path, monkeypatch):
     """DLIO 2.0.0's outputs (summary, per-rank steps) and a feedbench results file → the same
     quantities: AU, samples/s over the whole epoch, samples/s after the first step."""
@@ -354,7 +374,7 @@ def test_bench_dlio_read_threads_reach_both_tools(tmp_path, monkeypatch):
     r = subprocess.run([sys.executable, str(SCRIPTS / "bench_dlio.py"), "--data", str(tmp_path),
                         "--work", str(tmp_path), "--read-threads", "0"],
                        capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 2 and "read-threads < 1" in r.stderr, r.stderr
+    assert r.returncode == 2 and "--read-threads must be at least 1, not 0" in r.stderr, r.stderr
 
 
 def test_cpu_meter_counts_a_run_s_orphaned_processes_as_its_own():

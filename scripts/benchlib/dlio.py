@@ -32,6 +32,9 @@ WORKLOAD = "unet3d"
 CONFIG_NAME = "feedbench_unet3d_np{world}"  # DLIO's workload config, one per world size
 DLIO_SEED = 123  # DLIO's default train.seed, written into the config so the order is pinned
 LEAN = Path(__file__).resolve().parent / "dlio_lean.py"
+# what DLIO's console entry (``dlio_benchmark`` beside a venv's python) runs, for a Python without
+# one (scripts/device_dlio_env.sh's /tmp/dlio-python)
+DLIO_MAIN = "import sys; from dlio_benchmark.main import main; sys.exit(main())"
 TOOLS = ("dlio", "dlio-lean", "feedbench")
 # feedbench's loader workers keep 2 batches each in flight (prefetch_factor 2); DLIO's torch
 # loader takes prefetch_factor = ceil(prefetch_size / read_threads), prefetch_size 2 by default:
@@ -163,6 +166,8 @@ def dlio_command(
     if tool != "dlio":
         env["DFTRACER_ENABLE"] = "0"
     entry = [str(Path(dlio_python).parent / "dlio_benchmark")]
+    if not Path(entry[0]).is_file():  # no venv (/tmp/dlio-python): what that console entry runs
+        entry = [dlio_python, "-c", DLIO_MAIN]
     if tool == "dlio-lean":
         entry = [dlio_python, str(LEAN)]
     hydra = [
