@@ -183,6 +183,9 @@ def main() -> None:
     for loader in (train_loader, val_loader):
         if loader is not None:
             loader.close()
+    # every rank leaves together: a rank tearing down its process group while rank 0 still
+    # saves can abort in gloo's teardown (seen once in CI: "terminate called", SIGABRT)
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -239,7 +239,8 @@ def test_workers_run_below_the_training_process(tmp_path, backend, nice):
     before = set(multiprocessing.active_children())
     loader = build_loader(root, backend, 16, image_size=16, workers=2, device="cpu",
                           multiprocessing_context=context, **options)  # fmt: skip
-    next(iter(loader))
+    batches = iter(loader)
+    next(batches), next(batches)  # one from each worker (in turn): both have started
     workers = set(multiprocessing.active_children()) - before
     expected = min(19, mine + (WORKER_NICE if nice is None else nice))
     assert len(workers) == 2
