@@ -98,8 +98,10 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         share = f"{feeds:.2f}" if feeds < 1 else f"{feeds:.1f}"
         if acc.get("kind") == "profile":
             what = f"{acc.get('accelerator') or acc['name']} ({acc['name']})"
+        elif acc.get("kind") == "workload":
+            what = f"{acc['accelerator']} ({acc['workload']})"
         else:  # a step time or rate the user gave: no accelerator's name to show
-            what = f"accelerators of {acc.get('name')}"
+            what = f"accelerator of {acc.get('name')}"
         # the rate against one accelerator's appetite; "accelerators fed" (at the target AU) is
         # the sizing's figure, not this one
         feeding = f"; {_rate(rate)} samples/s = {share}× the appetite of one {what}"

@@ -76,6 +76,14 @@ def test_accelerator_bound_names_the_au_and_what_the_data_feeds():
     assert v.feeds_accelerators == 2.5 and v.supported_consumers == 2
 
 
+def test_a_workloads_appetite_names_its_accelerator_and_workload():
+    """scan --workload: one accelerator's appetite in words (not "one accelerators of ...")."""
+    workload = {"kind": "workload", "name": "unet3d on NVIDIA H100", "workload": "unet3d",
+                "accelerator": "NVIDIA H100", "samples_per_s": 1000.0}  # fmt: skip
+    v = judge(result(STAGES, [consumer(0), consumer(1)], au=0.95, accelerator=workload))
+    assert v.text.endswith("2,500 samples/s = 2.5× the appetite of one NVIDIA H100 (unet3d)")
+
+
 def test_sync_bound_counts_only_sync_wait_beyond_the_barriers_own_cost():
     slow = [consumer(0, wait_s=0.5, sync_s=3.0, idle_s=0.1), consumer(1, wait_s=0.5)]
     v = judge(result(STAGES, slow, au=0.5, accelerator=PROFILE))
