@@ -170,7 +170,8 @@ def worker_options(workers: int, prefetch: int, multiprocessing_context, nice: i
 
 
 class _WorkerStart:
-    """A worker's first act (picklable, for spawned workers): lower its priority by ``nice``.
+    """A worker's first acts (picklable, for spawned workers): lower its priority by ``nice``,
+    and have its exit wait for its result queue (:func:`_let_the_feeder_finish`).
 
     With a worker per core the decoders and the training process's own thread (kernel launches,
     the optimizer, DDP's hooks) compete for the same cores, and a preempted launch thread idles
@@ -194,7 +195,7 @@ def _let_the_feeder_finish(timeout_s: float = 2.0) -> None:
     (``cancel_join_thread``). Caught by the interpreter's shutdown while it pickles a batch
     (torch's C++ sharing code, the GIL released), that thread is unwound through C++ frames and
     aborts the worker ("terminate called without an active exception"), and the parent's
-    ``close()`` raises. Seen 3 times in 25 spawned loaders, at a lower priority under load."""
+    ``close()`` raises. BENCHMARKS.md: "Spawned loader workers that abort at exit"."""
     for thread in threading.enumerate():
         if thread.name == "QueueFeederThread" and thread is not threading.current_thread():
             thread.join(timeout_s)
