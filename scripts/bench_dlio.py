@@ -37,6 +37,8 @@ N`` instead compares the CPU time per sample of DLIO's npz read and feedbench's 
 on N files (load-insensitive).
 
 Results: ``--out`` (JSON, rewritten after every run) and a Markdown table beside it (``.md``).
+``--pool A.json B.json --out P.json`` pools the results of separate calls (batches, e.g. one
+per device call) into one, each run paired within its own batch.
 ``--write-config`` writes the link trees and DLIO's configs and exits (no DLIO needed).
 """
 
@@ -65,8 +67,8 @@ from feedbench.scan.sources import detect
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", type=Path, required=True, help="folder holding the npz files")
-    p.add_argument("--work", type=Path, required=True, help="link tree, configs, runs' outputs")
+    p.add_argument("--data", type=Path, help="folder holding the npz files (required)")
+    p.add_argument("--work", type=Path, help="link tree, configs, runs' outputs (required)")
     p.add_argument("--out", type=Path, help="results JSON (default WORK/dlio-vs-feedbench.json)")
     p.add_argument("--dlio-python", default="/work/dlio-venv/bin/python",
                    help="the Python of the venv DLIO is installed in")  # fmt: skip
@@ -91,6 +93,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--run-timeout", type=float, default=3600,
                    help="seconds until a run is hung: stacks logged, run left out")  # fmt: skip
     p.add_argument("--render", action="store_true", help="print --out's Markdown table and exit")
+    p.add_argument("--pool", type=Path, nargs="+", metavar="JSON",
+                   help="only: pool these results files (batches) into --out")  # fmt: skip
     p.add_argument("--write-config", action="store_true", help="write the tree and config only")
     args = p.parse_args(argv)
     args.consumers = [int(x) for x in args.consumers.split(",")]
@@ -105,6 +109,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
               "--read-threads": 1 if args.read_threads is None else args.read_threads}  # fmt: skip
     if bad:
         p.error(f"bad value {bad[0]}")
+    if args.pool:
+        missing = [str(f) for f in args.pool if not f.is_file()]
+        if missing or not args.out:
+            p.error(f"no such results file: {missing[0]}" if missing else "--pool needs --out")
+        return args
+    if args.data is None or args.work is None:
+        p.error("--data and --work are required (unless --pool)")
     for flag, value in counts.items():
         if value < 1:
             p.error(f"{flag} must be at least 1, not {value}")
@@ -181,26 +192,56 @@ def one_run(
 
 def comparisons(runs: list[dict[str, Any]], tools: list[str]) -> list[dict[str, Any]]:
     """Per cache state and world size: each tool's summary and feedbench ÷ each DLIO, paired
-    repeat by repeat (interleaved runs: drift hits both sides of a pair)."""
+    repeat by repeat (interleaved runs: drift hits both sides of a pair; pooled runs are paired
+    within their batch)."""
     out = []
     for state, world in sorted({(r["cache"], r["world"]) for r in runs}):
         group = {t: dlio.aligned_runs(runs, state, world, t) for t in tools}
         row: dict[str, Any] = {"cache": state, "world": world}
         row["tools"] = {t: dlio.summarise(rs) for t, rs in group.items() if rs}
-        fb = group.get("feedbench") or []
+        fb = dlio.by_repeat(group.get("feedbench") or [])
         for ref in ("dlio", "dlio-lean"):
-            if fb and group.get(ref):
+            other = dlio.by_repeat(group.get(ref) or [])
+            both = sorted(fb.keys() & other.keys())  # a hung or killed run leaves its pair out
+            if both:
                 row[f"feedbench_vs_{ref}"] = {
-                    k: paired([dlio.mean(r[k]) for r in fb], [dlio.mean(r[k]) for r in group[ref]])
+                    k: paired(
+                        [dlio.mean(fb[i][k]) for i in both], [dlio.mean(other[i][k]) for i in both]
+                    )
                     for k in ("au", "samples_per_s")
                 }
         out.append(row)
     return out
 
 
+def pooled(paths: list[Path], tools: list[str]) -> dict[str, Any]:
+    """Several results files (batches of the same runs, e.g. one per device call) as one: every
+    run keeps its batch (the file's position), pairs stay within a batch."""
+    batches = [json.loads(p.read_text()) for p in paths]
+    runs = [r | {"batch": k} for k, res in enumerate(batches, 1) for r in res["runs"]]
+    seen = [t for t in dlio.TOOLS if any(r["tool"] == t for r in runs)]
+    return {
+        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "pooled_from": [
+            {"file": str(p), "command": b.get("command"), "created_utc": b.get("created_utc")}
+            for p, b in zip(paths, batches, strict=True)
+        ],
+        "machine": batches[0].get("machine"),
+        "runs": runs,
+        "comparisons": comparisons(runs, [t for t in tools if t in seen]),
+        "cpu_per_sample": dlio.cpu_per_sample(runs),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.pool:
+        res = pooled(args.pool, args.tools)
+        save(res, args.out)
+        args.out.with_suffix(".md").write_text(dlio.render(res))
+        log(f"{len(args.pool)} results pooled: {args.out}")
+        return 0
     train, config_dir, files = prepare(args)
     log(f"{len(files)} files linked under {train}; DLIO config in {config_dir}")
     if args.write_config:

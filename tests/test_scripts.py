@@ -336,6 +336,43 @@ def test_bench_dlio_cpu_per_sample_cancels_start_up(tmp_path, monkeypatch):
     )
 
 
+def test_bench_dlio_pools_batches_and_pairs_runs_by_repeat(tmp_path):
+    """--pool: results files of separate calls as one; a tool's run pairs with the other tool's
+    run of the same batch and repeat, so a run killed in one batch leaves only its pair out."""
+
+    def run(tool: str, rep: int, au: float, rate: float) -> dict:
+        return {"tool": tool, "world": 2, "cache": "warm", "repeat": rep, "epochs": 1,
+                "au": [au], "samples_per_s": [rate], "steady_samples_per_s": [rate],
+                "loadavg_before": 1.0, "loadavg_after": 1.0, "other_cores": 0.0}  # fmt: skip
+
+    # batch 1: feedbench's repeat 2 was killed (a call's time limit); its repeat 1 is 0.9 × DLIO's
+    b1 = [run("dlio-lean", 1, 1.0, 40.0), run("feedbench", 1, 0.9, 36.0),
+          run("dlio-lean", 2, 0.5, 20.0)]  # fmt: skip
+    b2 = [run("feedbench", 1, 1.0, 40.0), run("dlio-lean", 1, 1.0, 40.0)]
+    files = []
+    for k, runs in enumerate((b1, b2), 1):
+        files.append(tmp_path / f"b{k}.json")
+        files[-1].write_text(json.dumps({"command": f"call {k}", "runs": runs}))
+    out = tmp_path / "pooled.json"
+    script = [sys.executable, str(SCRIPTS / "bench_dlio.py")]
+    r = subprocess.run([*script, "--pool", *map(str, files), "--out", str(out)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert [p["command"] for p in res["pooled_from"]] == ["call 1", "call 2"]
+    (row,) = res["comparisons"]
+    # pairs (1, 1) and (2, 1): 0.9 and 1.0; DLIO's unpaired 0.5 is left out of the ratio
+    assert row["feedbench_vs_dlio-lean"]["au"]["mean"] == pytest.approx(0.95)
+    assert row["feedbench_vs_dlio-lean"]["au"]["n"] == 2
+    assert row["tools"]["dlio-lean"]["au"]["n"] == 3  # but in DLIO's own summary
+    assert "| warm | 2 | dlio-lean | 0.950 ± 0.071 |" in out.with_suffix(".md").read_text()
+    r = subprocess.run([*script, "--pool", str(tmp_path / "none.json"), "--out", str(out)],
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 2 and "no such results file" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run([*script, "--consumers", "1"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--data and --work are required" in r.stderr
+
+
 def test_bench_dlio_a_hung_run_leaves_its_stacks_and_no_process(tmp_path, monkeypatch):
     """A run whose processes never end (a parent waiting on a child, as mpirun on its ranks):
     after the timeout each Python process writes its stack into the log and all are gone."""

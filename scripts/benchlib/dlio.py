@@ -340,6 +340,11 @@ def aligned_runs(runs: list[dict[str, Any]], state: str, world: int, tool: str) 
     return [r for r in runs_of(runs, state, world, tool) if r.get("epochs", 1) == fewest]
 
 
+def by_repeat(runs: list[dict[str, Any]]) -> dict[tuple[int, int], dict[str, Any]]:
+    """Runs keyed by (batch, repeat): what pairs one tool's run with another's."""
+    return {(r.get("batch", 0), r["repeat"]): r for r in runs}
+
+
 def _pm(s: dict[str, Any], digits: int) -> str:
     if not s or s.get("mean") is None:
         return "–"
