@@ -17,7 +17,9 @@
 # Environment: DATA (default /tmp/fb32k: IMAGES ImageNet-like JPEGs, tree and shards of 256,
 # made on first use), IMAGES (default 32,768: 128 batches of 256 per pass, so a scan's window
 # holds ≥ 5 batches per loader worker at 16 workers, the sizing rule; 8,192 did not),
-# GPUS (default 1), STEPS (default 100), OUT (default $OUT or results/).
+# GPUS (default 1), STEPS (default 100), OUT (default $OUT or results/), PASSES (scan's passes,
+# default warm), SCAN_REPEAT (default 3), SCAN_TIMEOUT (s per loader's scan, default 150),
+# VERIFY_TIMEOUT (s, default 570).
 # Warm pass on purpose: verify trains many epochs over data the page cache holds after the first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +28,10 @@ IMAGES=${IMAGES:-32768}
 GPUS=${GPUS:-1}
 STEPS=${STEPS:-100}
 OUT=${OUT:-results}
+PASSES=${PASSES:-warm}
+SCAN_REPEAT=${SCAN_REPEAT:-3}
+SCAN_TIMEOUT=${SCAN_TIMEOUT:-150}
+VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-570}
 mkdir -p "$OUT"
 test -d "$DATA" || python3 -m feedbench sample "$DATA" --images "$IMAGES" --per-shard 256 --seed 0 \
   --jobs "$(nproc)" > /dev/null
@@ -36,13 +42,13 @@ case "${1:-scan}" in
     for L in $LOADERS; do
       name=${L##*:}
       src=$DATA/images; [ "$L" = wds ] && src=$DATA/shards
-      timeout 150 python3 -m feedbench scan "$src" --loader "$L" --consumers "$GPUS" \
-        --profile resnet50-h200 --passes warm --repeat 3 --no-plots \
+      timeout "$SCAN_TIMEOUT" python3 -m feedbench scan "$src" --loader "$L" --consumers "$GPUS" \
+        --profile resnet50-h200 --passes "$PASSES" --repeat "$SCAN_REPEAT" --no-plots \
         --json "$OUT/scan-$name.json" > "$OUT/scan-$name.txt" 2>&1 || echo "$L: exit $?"
       grep -E "^verdict|fed|^error" "$OUT/scan-$name.txt" | head -3
     done ;;
   verify)
-    timeout 570 python3 -m feedbench verify "$DATA" --gpus "$GPUS" \
+    timeout "$VERIFY_TIMEOUT" python3 -m feedbench verify "$DATA" --gpus "$GPUS" \
       --loader baseline,torch,dali,wds --device cuda --model resnet50 -b 256 --steps "$STEPS" \
       --warmup 20 --keep-going --run-timeout 150 --no-plots --json "$OUT/verify.json" \
       > "$OUT/verify.txt" 2>&1 || echo "verify: exit $?"

@@ -440,3 +440,34 @@ def test_cpu_meter_counts_a_run_s_orphaned_processes_as_its_own():
     if adopting != "True":
         pytest.skip("prctl(PR_SET_CHILD_SUBREAPER) is Linux only")
     assert float(own) >= 0.6
+
+
+def test_bench_8gpu_table_pairs_every_loader_s_scans_with_the_verify_runs(tmp_path):
+    """The 8-GPU runbook's last phase, on the 1-H200 results of run 7 laid out as its calls
+    write them: one prediction file per loader, each pairing the scan with both verify repeats;
+    a phase without its arguments gives its usage and exit 2."""
+    run7 = SCRIPTS.parent / "benchmarks" / "2026-12-01-h200-run7"
+    out = tmp_path / "out"
+    (out / "scan-g1").mkdir(parents=True)
+    for f in (run7 / "scan").glob("scan-*.json"):
+        (out / "scan-g1" / f.name).write_bytes(f.read_bytes())
+    for rep in (1, 2):
+        src = run7 / "verify" / f"verify-1gpu-r{rep}.json"
+        (out / f"verify-g1-r{rep}.json").write_bytes(src.read_bytes())
+    bin_dir = tmp_path / "bin"  # the runbook calls python3: this test's interpreter
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (bin_dir / "python3").chmod(0o755)
+    env = os.environ | {"OUT": str(out), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    script = str(SCRIPTS / "bench_8gpu.sh")
+    r = subprocess.run(["bash", script, "table"], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # run 7's second repeat left the stock DataLoader (baseline) out
+    expected = [("torch", "torch", (1, 2)), ("dali", "dali", (1, 2)), ("wds", "wds", (1, 2)),
+                ("stock_loader", "baseline", (1,))]  # fmt: skip
+    for name, loader, reps in expected:
+        pairs = json.loads((out / f"prediction-{name}.json").read_text())["pairs"]
+        got = {(p["loader"], p["gpus"], p["verify_label"]) for p in pairs}
+        assert got == {(loader, 1, f"verify-g1-r{k}") for k in reps}
+    r = subprocess.run(["bash", script, "verify", "8"], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "usage:" in r.stderr
