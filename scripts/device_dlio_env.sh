@@ -7,6 +7,7 @@
 #   python3 scripts/bench_dlio.py --data D --work W --dlio-python /tmp/dlio-python
 if [ ! -f .xfer/dlio.tar ]; then
   echo "device_dlio_env: no .xfer/dlio.tar (run scripts/dlio_bundle.sh, carry .xfer/dlio.tar)" >&2
+  false # the status the sourcing shell sees
 elif [ "$(cat /tmp/dlio-site/.bundle-id 2>/dev/null)" != "$(sha256sum .xfer/dlio.tar | cut -c1-16)" ]; then
   rm -rf /tmp/dlio-site /tmp/dlio-stub /tmp/dlio-bundle && mkdir -p /tmp/dlio-bundle
   tar -xf .xfer/dlio.tar -C /tmp/dlio-bundle

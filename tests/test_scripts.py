@@ -471,3 +471,15 @@ def test_bench_8gpu_table_pairs_every_loader_s_scans_with_the_verify_runs(tmp_pa
         assert got == {(loader, 1, f"verify-g1-r{k}") for k in reps}
     r = subprocess.run(["bash", script, "verify", "8"], env=env, capture_output=True, text=True)
     assert r.returncode == 2 and "usage:" in r.stderr
+
+
+def test_device_dlio_env_without_its_bundle_says_so_and_fails(tmp_path):
+    """Sourced where .xfer/dlio.tar was not carried: one line, and a status the next command
+    (or `&&`) sees."""
+    env_sh = SCRIPTS / "device_dlio_env.sh"
+    r = subprocess.run(["bash", "-c", f". {env_sh} && echo went-on"], cwd=tmp_path,
+                       capture_output=True, text=True)  # fmt: skip
+    assert r.returncode != 0 and "went-on" not in r.stdout
+    assert r.stderr.strip().splitlines() == [
+        "device_dlio_env: no .xfer/dlio.tar (run scripts/dlio_bundle.sh, carry .xfer/dlio.tar)"
+    ]
