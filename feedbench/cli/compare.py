@@ -46,7 +46,6 @@ def compare(
     from feedbench.core.redact import scrub
     from feedbench.report import compare as cmp_mod
     from feedbench.report.compare_console import render_compare
-    from feedbench.report.compare_plots import compare_plot
 
     which = choose(pass_alias or passes, ("cold", "warm"), "--passes")
     kinds = [envelope.read(p).get("kind", "scan") for p in results]  # each file read once here
@@ -61,6 +60,8 @@ def compare(
     out.print(f"results: {target}")
     png = plot or (target.parent / f"{target.stem}-scaling.png" if plots else None)
     if png is not None:
+        from feedbench.report.compare_plots import compare_plot  # matplotlib: only to draw
+
         written = compare_plot(cmp, png)
         if written:
             out.print(f"plots: {written}")

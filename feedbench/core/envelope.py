@@ -12,9 +12,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import importlib.metadata
+import importlib.util
 import json
 import os
 import platform
+import re
 import socket
 import sys
 import types
@@ -67,22 +70,64 @@ class HostInfo:
     @staticmethod
     def current() -> HostInfo:
         import psutil
-        import torch
 
-        gpus = []
-        if torch.cuda.is_available():
-            gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
         return HostInfo(
             hostname=socket.gethostname(),
             platform=platform.platform(),
             python=sys.version.split()[0],
             cpu_count=os.cpu_count() or 1,
             memory_bytes=psutil.virtual_memory().total,
-            torch=torch.__version__,
-            cuda_devices=gpus,
+            torch=_torch_version(),
+            cuda_devices=cuda_devices(),
             cpu_model=_cpu_model(),
             nics=_nics(),
         )
+
+
+def _torch_version() -> str:
+    """torch.__version__ (with its build, e.g. 2.14.1+cu130), read without importing torch: from
+    torch/version.py, which the wheel writes; else the package's metadata (no build suffix)."""
+    if "torch" in sys.modules:
+        return sys.modules["torch"].__version__
+    spec = importlib.util.find_spec("torch")
+    if spec is None:
+        return "not installed"
+    for folder in spec.submodule_search_locations or []:
+        with contextlib.suppress(OSError):
+            text = (Path(folder) / "version.py").read_text()
+            found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.MULTILINE)
+            if found:
+                return found.group(1)
+    return importlib.metadata.version("torch")
+
+
+def cuda_devices() -> list[str]:
+    """The GPUs torch sees. A process that has not imported torch imports it for this only where
+    the driver (NVML) reports a GPU: on a machine without one, writing a results file (compare,
+    report, a scan's parent) then costs no torch import, seconds on a small VM."""
+    if "torch" not in sys.modules and not _nvml_gpu_count():
+        return []
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def _nvml_gpu_count() -> int:
+    """GPUs the NVIDIA driver reports; 0 without the driver or nvidia-ml-py."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # ImportError, or NVMLError: no driver, no library
+        return 0
+    try:
+        return pynvml.nvmlDeviceGetCount()
+    except Exception:
+        return 0
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _cpu_model() -> str | None:

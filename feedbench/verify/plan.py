@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from feedbench.core.envelope import DatasetInfo, envelope
+from feedbench.core.envelope import DatasetInfo, cuda_devices, envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.listing import skipped_files, skipped_warning
 from feedbench.scan.factory import resolve as resolve_factory
@@ -36,12 +36,6 @@ from feedbench.verify.loaders import (
     unavailable,
 )
 from feedbench.verify.results import KIND, VerifyResult, units
-
-
-def cuda_count() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def check_gpus(asked: tuple[int, ...], present: int) -> None:
@@ -132,7 +126,7 @@ def resolve(config: VerifyConfig) -> Settings:
         raise FeedbenchError(f"--scaling takes weak or strong (got {config.scaling!r})")
     if not config.gpus or min(config.gpus) < 1:
         raise FeedbenchError("--gpus takes counts ≥ 1")
-    present = cuda_count() if config.device != "cpu" else 0  # CPU runs: no CUDA to start
+    present = len(cuda_devices()) if config.device != "cpu" else 0  # CPU runs: no CUDA to start
     device = config.device if config.device != "auto" else ("cuda" if present else "cpu")
     if device == "cuda":
         check_gpus(config.gpus, present)

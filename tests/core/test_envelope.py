@@ -1,0 +1,28 @@
+"""What every results file says about the host that wrote it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import torch
+
+from feedbench.core.envelope import _nvml_gpu_count
+
+
+def test_host_info_names_torch_s_build_without_importing_torch():
+    """A process that has not imported torch (compare, report, a scan's parent) records the
+    same torch version, build suffix included, as torch itself; it imports torch only where the
+    driver reports a GPU, to name the GPUs as torch sees them."""
+    code = (
+        "import json, sys\nfrom feedbench.core.envelope import HostInfo\nh = HostInfo.current()\n"
+        "print(json.dumps([h.torch, h.cuda_devices, 'torch' in sys.modules]))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    version, gpus, imported = json.loads(r.stdout)
+    assert version == torch.__version__
+    if _nvml_gpu_count() == 0:
+        assert gpus == [] and not imported
+    else:
+        assert gpus == [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
