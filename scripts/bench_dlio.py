@@ -217,7 +217,13 @@ def comparisons(runs: list[dict[str, Any]], tools: list[str]) -> list[dict[str, 
 def pooled(paths: list[Path], tools: list[str]) -> dict[str, Any]:
     """Several results files (batches of the same runs, e.g. one per device call) as one: every
     run keeps its batch (the file's position), pairs stay within a batch."""
-    batches = [json.loads(p.read_text()) for p in paths]
+    batches = []
+    for p in paths:
+        try:
+            batches.append(json.loads(p.read_text()))
+            batches[-1]["runs"][0]["tool"]  # noqa: B018 - a results file has runs with a tool
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise SystemExit(f"bench_dlio: {p} is not a bench_dlio results file ({e!r})") from None
     runs = [r | {"batch": k} for k, res in enumerate(batches, 1) for r in res["runs"]]
     seen = [t for t in dlio.TOOLS if any(r["tool"] == t for r in runs)]
     return {

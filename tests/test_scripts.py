@@ -371,6 +371,11 @@ def test_bench_dlio_pools_batches_and_pairs_runs_by_repeat(tmp_path):
     assert r.returncode == 2 and "no such results file" in r.stderr and "Traceback" not in r.stderr
     r = subprocess.run([*script, "--consumers", "1"], capture_output=True, text=True)
     assert r.returncode == 2 and "--data and --work are required" in r.stderr
+    (tmp_path / "other.json").write_text(json.dumps({"kind": "scan"}))
+    r = subprocess.run([*script, "--pool", str(files[0]), str(tmp_path / "other.json"),
+                        "--out", str(out)], capture_output=True, text=True)  # fmt: skip
+    assert r.returncode == 1 and "other.json is not a bench_dlio results file" in r.stderr
+    assert "Traceback" not in r.stderr
 
 
 def test_bench_dlio_a_hung_run_leaves_its_stacks_and_no_process(tmp_path, monkeypatch):

@@ -311,8 +311,8 @@ def cpu_per_sample(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row["all_in"] = {e: spread([r["own_cpu_s"] / r["samples"] for r in group
                                     if r["epochs"] == e]) for e in by_epochs}  # fmt: skip
         if len(by_epochs) > 1:
-            lo = {r["repeat"]: r for r in group if r["epochs"] == by_epochs[0]}
-            hi = {r["repeat"]: r for r in group if r["epochs"] == by_epochs[-1]}
+            lo = by_repeat([r for r in group if r["epochs"] == by_epochs[0]])
+            hi = by_repeat([r for r in group if r["epochs"] == by_epochs[-1]])
             row["marginal"] = spread([
                 (hi[k]["own_cpu_s"] - lo[k]["own_cpu_s"]) / (hi[k]["samples"] - lo[k]["samples"])
                 for k in sorted(lo.keys() & hi.keys())
