@@ -60,9 +60,6 @@ from benchlib.data import warm
 from benchlib.machine import machine, wait_quiet
 
 from feedbench.core.workloads import get_row
-from feedbench.scan import cache
-from feedbench.scan.consumer import consumer_units
-from feedbench.scan.sources import detect
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -131,6 +128,9 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
     """feedbench's link tree (the files in name order), and per world size DLIO's tree in its
     layout, aligned to feedbench's order, and its config; returns (feedbench's folder, config
     folder, files)."""
+    from feedbench.scan.consumer import consumer_units  # torch: not for --pool or bad flags
+    from feedbench.scan.sources import detect
+
     files = sorted(args.data.rglob("*.npz"))
     batch = get_row(dlio.WORKLOAD).batch_size
     files = dlio.files_to_use(files, batch, max(args.consumers), args.files) * args.copies
@@ -150,6 +150,8 @@ def prepare(args: argparse.Namespace) -> tuple[Path, Path, list[Path]]:
 def set_cache(state: str, files: list[Path]) -> dict[str, Any]:
     """Cold: every file evicted (fadvise) and, as root, the kernel's caches dropped; warm: every
     file read once. Returns how, and the fraction of the files resident afterwards."""
+    from feedbench.scan import cache
+
     paths = [str(f) for f in files]
     if state == "cold":
         cache.evict(paths)
