@@ -41,12 +41,12 @@ verify() { # verify GPUS REPEAT...: one results file per repeat, the call's 570 
   local gpus=$1
   shift
   for rep in "$@"; do
+    local stem="$OUT/verify-g${gpus//,/-}-r$rep"
     timeout $((570 / $#)) python3 -m feedbench verify "$DATA" --gpus "$gpus" \
       --loader baseline,torch,dali,wds --device cuda --model resnet50 -b 256 --steps "$STEPS" \
-      --warmup 20 --keep-going --run-timeout 120 --no-plots \
-      --json "$OUT/verify-g${gpus//,/-}-r$rep.json" > "$OUT/verify-g${gpus//,/-}-r$rep.txt" 2>&1 ||
+      --warmup 20 --keep-going --run-timeout 120 --no-plots --json "$stem.json" > "$stem.txt" 2>&1 ||
       echo "verify $gpus repeat $rep: exit $?"
-    grep -E "ceiling|verdict|^error" "$OUT/verify-g${gpus//,/-}-r$rep.txt" | head -8 || true
+    grep -E "ceiling|verdict|^error" "$stem.txt" | head -8 || true
   done
 }
 

@@ -120,14 +120,12 @@ def _nvml_gpu_count() -> int:
         import pynvml
 
         pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
     except Exception:  # ImportError, or NVMLError: no driver, no library
         return 0
-    try:
-        return pynvml.nvmlDeviceGetCount()
-    except Exception:
-        return 0
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _cpu_model() -> str | None:
