@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass
@@ -12,6 +13,16 @@ import pytest
 from feedbench.sample import SampleSpec, make_sample
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _output_as_a_log_gets_it():
+    """The commands' output, in process or in a child, as a log file gets it: whole lines at any
+    length of the test's paths, whatever COLUMNS the shell running pytest has."""
+    columns = os.environ.pop("COLUMNS", None)
+    yield
+    if columns is not None:
+        os.environ["COLUMNS"] = columns
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +55,6 @@ def cli(capsys, monkeypatch):
 
     def run(*args: str) -> CliRun:
         monkeypatch.setattr(sys, "argv", ["feedbench", *args])
-        monkeypatch.setenv("COLUMNS", "200")
         code = 0
         try:
             main()

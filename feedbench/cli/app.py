@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 import time
@@ -22,6 +23,16 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+LOG_WIDTH = 10_000  # no line here is longer: a file's lines hold what they hold, unbroken
+
+
+def fit_width() -> None:
+    """A terminal's output wraps at its width. Output to a file or a pipe (a batch job's log,
+    ``| tee``) would get rich's 80 columns: paths broken over lines and table cells cut short
+    ("48…" for a rate), so there lines are as long as they need to be, unless COLUMNS is set."""
+    for console in (out, err):
+        to_file = not console.is_terminal and "COLUMNS" not in os.environ
+        console.width = LOG_WIDTH if to_file else None  # type: ignore[assignment]
 
 
 def _version(value: bool) -> None:
@@ -74,6 +85,7 @@ def error_line(e: FeedbenchError) -> None:
 
 
 def main() -> None:
+    fit_width()
     try:
         app()
     except FeedbenchError as e:

@@ -327,3 +327,15 @@ def test_option_values_are_checked_without_building(backend, options, match):
             "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0},
             "wds": {"shuffle_buffer": 0, "prefetch": 8}}  # fmt: skip
     check_options(backend, good[backend])
+
+
+def test_every_name_the_package_lists_loads_from_the_api():
+    import loaders
+    import loaders.api
+
+    # the package lists the names without importing the API (torch), so the list is written twice
+    assert sorted(loaders.__all__) == sorted(loaders.api.__all__)
+    for name in loaders.__all__:
+        assert getattr(loaders, name) is getattr(loaders.api, name), name
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        loaders.nope  # noqa: B018

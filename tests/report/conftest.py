@@ -3,7 +3,6 @@ few seconds of subprocesses)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -56,7 +55,6 @@ def verify_run(tmp_path_factory, dataset):
     cmd = [sys.executable, "-m", "feedbench.cli", "verify", str(dataset), "--gpus", "1", "-l",
            "baseline", "--no-synthetic", "--device", "cpu", "--steps", "3", "--warmup", "1",
            "-b", "4", "--workers", "1", "--no-plots", "--json", str(out)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out, proc.stdout

@@ -4,11 +4,13 @@ and CSV; each read back (HTML parser, csv module) against the results file's own
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
 import statistics
 import subprocess
+import sys
 
 import pytest
 
@@ -215,3 +217,22 @@ def test_a_browser_prints_the_page_with_its_answer_table_and_charts(cli, scans, 
     listed = subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True,
                             check=True).stdout.splitlines()[2:]  # fmt: skip
     assert len(listed) >= 2  # the scaling chart and the timeline
+
+
+def test_output_to_a_pipe_keeps_whole_lines_and_whole_cells(scans):
+    """A batch job's log or ``| tee``: not a terminal. rich would fold it at 80 columns and cut
+    table cells short ("48…" for a rate); COLUMNS, where set, still decides."""
+
+    def report(**env: str) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | env
+        cmd = [sys.executable, "-m", "feedbench.cli", "report", str(scans["local"])]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    piped, narrow = report(), report(COLUMNS="80")
+    assert "…" not in piped
+    header = next(line for line in piped.splitlines() if "samples/s" in line and "┃" in line)
+    assert all(col in header for col in ("N", "pass", "workers", "MB/s", "files/s", "AU min"))
+    assert max(map(len, piped.splitlines())) > 80
+    assert "…" in narrow and max(map(len, narrow.splitlines())) <= 80

@@ -68,7 +68,7 @@ def _scan(target: str, out: Path, env: dict[str, str], mark: str) -> subprocess.
     cmd = [sys.executable, "-m", "feedbench", "scan", target, "--consumers", "1,2", "-b", "2",
            "--read-latency", "0.05", "--stages", "read,decode", "--stall-timeout", str(STALL_S),
            "--no-plots", "--json", str(out)]  # fmt: skip
-    full = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT), **env, **{MARK: mark})
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **env, **{MARK: mark})
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=full)  # fmt: skip
 

@@ -458,7 +458,7 @@ def test_cpu_shares_and_lists():
 
 def _cli(*args: str, cwd: Path) -> subprocess.Popen:
     # TMPDIR: the ranks' part files land under the test's folder, where a test can watch them
-    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(ROOT), TMPDIR=str(cwd))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), TMPDIR=str(cwd))
     return subprocess.Popen(
         [sys.executable, "-m", "feedbench.cli", "verify", *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
