@@ -32,7 +32,7 @@ MODE=${1:-weak}
 mkdir -p "$OUT"
 
 if [ "$MODE" = test ]; then
-  exec "$PY" -m pytest -q -m gpu tests/test_verify.py
+  exec "$PY" -m pytest -q -m gpu tests/verify/test_verify.py
 fi
 
 if [ ! -f "$DATA/feedbench-sample.json" ]; then

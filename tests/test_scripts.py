@@ -488,3 +488,15 @@ def test_device_dlio_env_without_its_bundle_says_so_and_fails(tmp_path):
     assert r.stderr.strip().splitlines() == [
         "device_dlio_env: no .xfer/dlio.tar (run scripts/dlio_bundle.sh, carry .xfer/dlio.tar)"
     ]
+
+
+def test_every_test_file_the_scripts_and_readme_name_exists():
+    root = SCRIPTS.parent
+    named = {
+        (doc.name, path)
+        for doc in [root / "README.md", *SCRIPTS.iterdir()]
+        if doc.is_file()
+        for path in re.findall(r"\btests/[\w/]+\.py\b", doc.read_text(errors="replace"))
+    }
+    assert named, "no test file named: the pattern is wrong"
+    assert [(doc, path) for doc, path in sorted(named) if not (root / path).is_file()] == []
