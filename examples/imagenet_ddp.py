@@ -15,6 +15,12 @@ import argparse
 import os
 
 import torch
+
+# DDP's constructor imports torch._dynamo. Imported after the process group exists, it keeps ten
+# references to it (torch 2.14.1): the group and gloo's threads then outlive destroy_process_group
+# and end at interpreter exit, no longer in step with the other ranks (rank 1 was seen to abort
+# there). Imported before, both end at destroy_process_group.
+import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
@@ -183,8 +189,10 @@ def main() -> None:
     for loader in (train_loader, val_loader):
         if loader is not None:
             loader.close()
-    # every rank leaves together: a rank tearing down its process group while rank 0 still
-    # saves can abort in gloo's teardown (seen once in CI: "terminate called", SIGABRT)
+    # The DDP model holds the process group: freed first, the group and its threads end inside
+    # destroy_process_group, while every rank is still here, not at interpreter exit (see the
+    # torch._dynamo import at the top; rank 1 was seen to abort there: "terminate called")
+    del model, optimizer, scheduler
     dist.barrier()
     dist.destroy_process_group()
 
