@@ -500,3 +500,15 @@ def test_every_test_file_the_scripts_and_readme_name_exists():
     }
     assert named, "no test file named: the pattern is wrong"
     assert [(doc, path) for doc, path in sorted(named) if not (root / path).is_file()] == []
+
+
+@pytest.mark.slow  # imports torch and torch._dynamo
+def test_gloo_teardown_probe_early_import_leaves_no_gloo_thread():
+    """The order examples/imagenet_ddp.py uses: torch._dynamo imported before the group."""
+    proc = subprocess.run([sys.executable, str(SCRIPTS / "gloo_teardown_probe.py"), "early"],
+                          capture_output=True, text=True, timeout=180)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    counts = [int(n) for n in re.findall(r"refcount [\w ]+ (\d+)", proc.stdout)]
+    assert len(counts) == 3 and counts[0] == counts[2]  # the model gave back what it took
+    (left,) = re.findall(r"threads after destroy_process_group and del: (.*)", proc.stdout)
+    assert "python" in left and "gloo" not in left
