@@ -454,7 +454,7 @@ def test_bench_8gpu_table_pairs_every_loader_s_scans_with_the_verify_runs(tmp_pa
     run7 = SCRIPTS.parent / "benchmarks" / "2026-12-01-h200-run7"
     out = tmp_path / "out"
     (out / "scan-g1").mkdir(parents=True)
-    for f in (run7 / "scan").glob("scan-*.json.gz"):  # stored gzipped, as the calls did not
+    for f in (run7 / "scan").glob("scan-*.json.gz"):  # stored gzipped; the calls write plain JSON
         (out / "scan-g1" / f.name.removesuffix(".gz")).write_bytes(gzip.decompress(f.read_bytes()))
     for rep in (1, 2):
         src = run7 / "verify" / f"verify-1gpu-r{rep}.json.gz"

@@ -224,7 +224,7 @@ def test_output_to_a_pipe_keeps_whole_lines_and_whole_cells(scans):
     table cells short ("48…" for a rate); COLUMNS, where set, still decides."""
 
     def report(**env: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | env
+        env = os.environ | env  # without COLUMNS (conftest) unless given
         cmd = [sys.executable, "-m", "feedbench.cli", "report", str(scans["local"])]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
         assert proc.returncode == 0, proc.stderr
