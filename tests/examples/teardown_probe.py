@@ -2,6 +2,7 @@
 print the threads this rank still has right after each ``destroy_process_group``: a gloo thread
 still running there ends at interpreter exit instead, out of step with the other ranks."""
 
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -14,7 +15,9 @@ _destroy = dist.destroy_process_group
 def destroy_and_list_threads(*args, **kwargs):
     _destroy(*args, **kwargs)
     names = sorted(p.read_text().strip() for p in Path("/proc/self/task").glob("*/comm"))
-    print(f"threads after destroy_process_group: {' '.join(names)}", flush=True)
+    # one write of the whole line: unbuffered (PYTHONUNBUFFERED), print writes the text and its
+    # newline apart, and the two ranks' lines, on one pipe, could run together
+    os.write(1, f"threads after destroy_process_group: {' '.join(names)}\n".encode())
 
 
 dist.destroy_process_group = destroy_and_list_threads
