@@ -18,8 +18,10 @@ glob of shards, and returns a :class:`Layout`. The rules, the same for the loade
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
+import stat
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -83,14 +85,27 @@ def _shards(root: str, paths: list[str], sizes: list[int], url: bool) -> Layout:
     return Layout("shards", root, paths, sizes, remote=url)
 
 
-def _sizes(paths: list[str], url: bool) -> dict[str, int]:
-    """Each named file's size; a local file that is not there is one clear error."""
+def _sizes(paths: list[str], url: bool, what: str = "file") -> dict[str, int]:
+    """Each named file's size (one ``stat`` each); a local file that is not there is one clear
+    error."""
     if url:
         return dict(zip(paths, remote.sizes(paths), strict=True))
-    missing = [p for p in paths if not os.path.isfile(p)]
+    found: dict[str, int] = {}
+    missing: list[str] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            missing.append(p)
+        else:
+            found[p] = st.st_size
     if missing:
-        raise LoaderError(f"file not found: {missing[0]} ({len(missing)} of {len(paths)} missing)")
-    return {p: os.path.getsize(p) for p in paths}
+        raise LoaderError(
+            f"{what} not found: {missing[0]} ({len(missing)} of {len(paths)} missing)"
+        )
+    return found
 
 
 def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
@@ -106,10 +121,8 @@ def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
         raise LoaderError(f"a pattern must name .tar shards or data files of one format: {shown}")
     if url:
         return _shards(_parent(paths[0]), paths, remote.sizes(paths), True)
-    missing = [p for p in paths if not os.path.isfile(p)]
-    if missing:
-        raise LoaderError(f"shard not found: {missing[0]} ({len(missing)} of {len(paths)} missing)")
-    return _shards(_parent(paths[0]), paths, [os.path.getsize(p) for p in paths], False)
+    found = _sizes(paths, False, "shard")
+    return _shards(_parent(paths[0]), paths, [found[p] for p in paths], False)
 
 
 def _path_part(item: str) -> str:
@@ -133,24 +146,112 @@ def _folder(path: str, fmt: str) -> Layout:
             f"{path} is a file: give a directory of images or .tar shards, or a data file "
             "(.npy, .npz, .tfrecord; --format files for any file)"
         )
-    return _classify(path, _walk(path), fmt, url=False)
+    found, left_out = _walk(path)
+    if not found and left_out:
+        raise LoaderError(f"nothing readable in {path}: {_left_out(left_out)}")
+    layout = _classify(path, found, fmt, url=False)
+    layout.skipped[:0] = left_out  # first: a folder left out may hold many samples
+    return layout
 
 
-def _walk(path: str) -> dict[str, int]:
-    """Every file under the folder ``path`` (dot-files and dot-folders left out) → its size."""
+def _left_out(skipped: list[Skipped]) -> str:
+    return f"{len(skipped)} left out, e.g. {skipped[0].path} ({skipped[0].reason})"
+
+
+def _walk(path: str) -> tuple[dict[str, int], list[Skipped]]:
+    """Every file under the folder ``path`` (dot-files and dot-folders left out) → its size,
+    sorted by path, and what could not be listed (:class:`_Walk`)."""
     if not os.access(path, os.R_OK | os.X_OK):
         raise LoaderError(f"permission denied: {path}")
-    found: dict[str, int] = {}
-    for dirpath, dirnames, filenames in os.walk(path, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(filenames):
-            if not name.startswith("."):
-                full = os.path.join(dirpath, name)
-                try:
-                    found[full] = os.path.getsize(full)
-                except OSError:
-                    found[full] = 0
-    return found
+    walk = _Walk(path)
+    walk.run()
+    walk.found.sort()  # the one sort: (path, size) pairs, paths unique
+    walk.skipped.sort()  # (few) in path order, whichever round found them
+    return dict(walk.found), walk.skipped
+
+
+class _Walk:
+    """One pass over a folder: each directory read once with ``os.scandir``, sizes from the same
+    entries. Links are followed, but a directory is visited once, keyed by (device, inode): the
+    real folders first, then the links in sorted order, so that a link to a folder already listed
+    (a loop back to its parent, a second link) is named in ``skipped`` instead of listed again.
+    Unreadable folders and files are named there too."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.found: list[tuple[str, int]] = []
+        self.skipped: list[Skipped] = []
+        top = os.stat(root)
+        self.seen: dict[tuple[int, int], str] = {(top.st_dev, top.st_ino): root}
+        self.links: list[tuple[str, tuple[int, int]]] = []  # links to folders, for later
+        self.euid = os.geteuid() if hasattr(os, "geteuid") else -1
+
+    def run(self) -> None:
+        self._tree(self.root)
+        while self.links:  # links found in linked folders are taken in the next round
+            batch, self.links = sorted(self.links), []
+            for link, key in batch:
+                first = self.seen.get(key)
+                if first is None:
+                    self.seen[key] = link
+                    self._tree(link)
+                elif link.startswith(first.rstrip(os.sep) + os.sep):  # below its own target
+                    self.skipped.append(Skipped(link, "symbolic link loop"))
+                else:
+                    self.skipped.append(Skipped(link, f"already listed as {first}"))
+
+    def _tree(self, top: str) -> None:
+        """The folders below ``top`` that are not links, depth first, without recursion."""
+        stack = [top]
+        while stack:
+            stack += self._folder(stack.pop())
+
+    def _folder(self, folder: str) -> list[str]:
+        """List one folder's files; returns its subfolders (links to folders are kept aside)."""
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as e:
+            self.skipped.append(Skipped(folder, f"unreadable folder ({_why(e)})"))
+            return []
+        subfolders: list[str] = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                st = entry.stat()  # follows a link: its target's kind and size
+            except OSError as e:
+                broken = entry.is_symlink() and e.errno == errno.ENOENT
+                why = "broken symbolic link" if broken else f"unreadable ({_why(e)})"
+                self.skipped.append(Skipped(entry.path, why))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                key = (st.st_dev, st.st_ino)
+                if entry.is_symlink():
+                    self.links.append((entry.path, key))
+                elif key in self.seen:  # a bind mount, or a folder a link reached first
+                    self.skipped.append(Skipped(entry.path, f"already listed as {self.seen[key]}"))
+                else:
+                    self.seen[key] = entry.path
+                    subfolders.append(entry.path)
+            elif not stat.S_ISREG(st.st_mode):
+                self.skipped.append(Skipped(entry.path, "not a regular file"))
+            elif self._readable(entry.path, st.st_mode):
+                self.found.append((entry.path, st.st_size))
+            else:
+                self.skipped.append(Skipped(entry.path, "unreadable (Permission denied)"))
+        return subfolders
+
+    def _readable(self, path: str, mode: int) -> bool:
+        # read for everyone (or root) needs no system call; ACLs are the rare case the read
+        # itself then reports
+        if self.euid == 0 or mode & 0o444 == 0o444:
+            return True
+        return os.access(path, os.R_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def _why(e: OSError) -> str:
+    return "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
 
 
 def locate_files(path: str | os.PathLike[str]) -> Layout:
@@ -161,11 +262,15 @@ def locate_files(path: str | os.PathLike[str]) -> Layout:
         raise LoaderError(f"a local path is needed here, not a URL: {remote.redact_url(text)}")
     if not os.path.exists(text):
         raise LoaderError(f"no such file or directory: {text}")
-    found = {text: os.path.getsize(text)} if os.path.isfile(text) else _walk(text)
+    if os.path.isfile(text):
+        found, left_out = {text: os.path.getsize(text)}, []
+    else:
+        found, left_out = _walk(text)
     if not found:
-        raise LoaderError(f"{text} is empty: no files in it")
+        more = f": {_left_out(left_out)}" if left_out else ""
+        raise LoaderError(f"{text} is empty: no files in it{more}")
     root = os.path.dirname(text) if os.path.isfile(text) else text
-    return Layout("files", root or ".", list(found), list(found.values()))
+    return Layout("files", root or ".", list(found), list(found.values()), skipped=left_out)
 
 
 def _place(url: str, fmt: str) -> Layout:
@@ -186,7 +291,43 @@ def _place(url: str, fmt: str) -> Layout:
 
 
 def _rel(root: str, full: str, url: bool) -> str:
-    return full[len(root) :].lstrip("/") if url else os.path.relpath(full, root)
+    # a listed path starts with its root: slicing is exact, where os.path.relpath would make
+    # two absolute paths per file
+    return full[len(root) :].lstrip("/" if url else os.sep)
+
+
+def _join(root: str, name: str, sep: str) -> str:
+    return root + name if root.endswith(sep) else root + sep + name
+
+
+class _Sorted(NamedTuple):
+    """The files found under a root, sorted out in one pass (each list sorted by path)."""
+
+    images: list[str]
+    tars: list[str]
+    others: list[str]
+    other_rels: list[str]  # the others' paths below the root
+    sample_root: bool  # images all in images/, shards all in shards/
+
+
+def _sort_out(root: str, found: dict[str, int], url: bool) -> _Sorted:
+    sep = "/" if url else os.sep
+    tree, shards = SAMPLE_TREE + sep, SAMPLE_SHARDS + sep
+    out = _Sorted([], [], [], [], True)
+    sample_root = True
+    for f in sorted(found):  # linear on a walk's or a listing's paths, already sorted
+        r = _rel(root, f, url)
+        image, tar = is_image(r), is_shard(r)
+        if image:
+            out.images.append(f)
+            sample_root = sample_root and r.startswith(tree)
+        if tar:
+            out.tars.append(f)
+            sample_root = sample_root and r.startswith(shards)
+        if not (image or tar):
+            out.others.append(f)
+            out.other_rels.append(r)
+    return out._replace(sample_root=sample_root)
 
 
 def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layout:
@@ -197,32 +338,27 @@ def _classify(root: str, found: dict[str, int], fmt: str, *, url: bool) -> Layou
         raise LoaderError(f"{shown} is empty: no files in it")
     if _is_record(fmt):
         return _records(root, found, fmt, url)
-    rels = {full: _rel(root, full, url) for full in found}
-    images = sorted(f for f, r in rels.items() if is_image(r))
-    tars = sorted(f for f, r in rels.items() if is_shard(_path_part(r)))
-    others = sorted(f for f in found if f not in set(images) | set(tars))
+    images, tars, others, other_rels, sample_root = _sort_out(root, found, url)
     if not images and not tars:
-        kinds = {records.format_of(_path_part(rels[f])) for f in others} - {None}
+        kinds = {records.format_of(r) for r in other_rels} - {None}
         if fmt == "auto" and len(kinds) == 1:
             return _records(root, found, kinds.pop(), url)
         raise LoaderError(
             f"no images ({', '.join(IMAGE_EXTENSIONS)}) or .tar shards in {shown} "
-            f"({len(others)} other files, e.g. {rels[others[0]]}); data files are read when "
+            f"({len(others)} other files, e.g. {other_rels[0]}); data files are read when "
             "all are of one format (.npy, .npz, .tfrecord, .h5, .parquet), any file with "
             "--format files"
         )
-    sample_root = all(rels[f].startswith(SAMPLE_TREE + sep) for f in images) and all(
-        rels[f].startswith(SAMPLE_SHARDS + sep) for f in tars
-    )
     use, notes = choose(fmt, f"in {shown}", shown, len(images), len(tars))
     if use == "shards":
-        folder = (root + sep + SAMPLE_SHARDS) if sample_root and tars else root
+        folder = _join(root, SAMPLE_SHARDS, sep) if sample_root and tars else root
         return Layout("shards", folder, tars, [found[t] for t in tars], url, notes=notes)
-    tree_root = (root + sep + SAMPLE_TREE) if sample_root else root
+    tree_root = _join(root, SAMPLE_TREE, sep) if sample_root else root
     layout = _tree(tree_root, images, found, url)
     layout.notes = notes
+    below = tree_root if tree_root.endswith(sep) else tree_root + sep
     layout.skipped += [
-        Skipped(f, "not an image file (extension)") for f in others if _under(f, tree_root, sep)
+        Skipped(f, "not an image file (extension)") for f in others if f.startswith(below)
     ]
     return layout
 
@@ -237,7 +373,13 @@ def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     shown = remote.redact_url(root)
     fmt, option = records.split_format(fmt)
     exts = records.EXTENSIONS.get(fmt)
-    files = sorted(f for f in found if exts is None or _path_part(f).lower().endswith(exts))
+    files: list[str] = []
+    skipped: list[Skipped] = []
+    for f in sorted(found):  # one pass: each file is taken or left out
+        if exts is None or _path_part(f).lower().endswith(exts):
+            files.append(f)
+        else:
+            skipped.append(Skipped(f, f"not a {fmt} file (extension)"))
     if not files:
         raise LoaderError(
             f"format {fmt!r}: no {'/'.join(exts or ())} files in {shown} "
@@ -247,7 +389,6 @@ def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     if url and not any(sizes):  # index pages carry no sizes: ask the server (HEAD)
         sizes = remote.sizes(files)
     table, left_out = records.build_table(fmt, files, sizes, url, option)
-    skipped = [Skipped(f, f"not a {fmt} file (extension)") for f in found if f not in set(files)]
     skipped += [Skipped(f, why) for f, why in left_out]
     if not len(table):
         reason = f" ({skipped[-1].path}: {skipped[-1].reason})" if skipped else ""
@@ -258,35 +399,35 @@ def _records(root: str, found: dict[str, int], fmt: str, url: bool) -> Layout:
     )
 
 
-def _under(full: str, root: str, sep: str) -> bool:
-    return full.startswith(root.rstrip(sep) + sep)
-
-
 def _tree(root: str, images: list[str], found: dict[str, int], url: bool) -> Layout:
     """Labels from the first folder below ``root``; see the module docstring for loose files."""
     split = posixpath if url else os.path
-    folder = [_rel(root, f, url).split("/" if url else os.sep)[:-1] for f in images]
-    classed = [parts[0] if parts else None for parts in folder]
-    skipped: list[Skipped] = []
+    sep = "/" if url else os.sep
+    # the first folder below the root, or None for an image lying in the root
+    classed: list[str | None] = []
+    for f in images:
+        head, slash, _ = _rel(root, f, url).partition(sep)
+        classed.append(head if slash else None)
     if all(c is None for c in classed):  # a flat folder of images: one class
         name = split.basename(root.rstrip("/")) or "images"
         classed = [name] * len(images)
-    keep = [i for i, c in enumerate(classed) if c is not None]
-    skipped += [
-        Skipped(images[i], "not in a class folder") for i, c in enumerate(classed) if c is None
-    ]
-    classes = sorted({classed[i] for i in keep})
+    classes = sorted({c for c in classed if c is not None})
     index = {c: k for k, c in enumerate(classes)}
-    files = [images[i] for i in keep]
+    files = [f for f, c in zip(images, classed, strict=True) if c is not None]
+    loose = [
+        Skipped(f, "not in a class folder")
+        for f, c in zip(images, classed, strict=True)
+        if c is None
+    ]
     return Layout(
         "tree",
         root,
         files,
         [found[f] for f in files],
         remote=url,
-        labels=np.asarray([index[classed[i]] for i in keep], dtype=np.int64),
+        labels=np.fromiter((index[c] for c in classed if c is not None), np.int64, len(files)),
         classes=classes,
-        skipped=skipped,
+        skipped=loose,
     )
 
 
