@@ -22,6 +22,7 @@ import errno
 import os
 import posixpath
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -290,10 +291,14 @@ def _place(url: str, fmt: str) -> Layout:
     return layout
 
 
-def _rel(root: str, full: str, url: bool) -> str:
-    # a listed path starts with its root: slicing is exact, where os.path.relpath would make
-    # two absolute paths per file
-    return full[len(root) :].lstrip("/" if url else os.sep)
+def _rels(root: str, paths: list[str], url: bool) -> Iterator[str]:
+    """Each path below ``root``: every listed path starts with its root, so slicing is exact
+    (os.path.relpath would make two absolute paths per file)."""
+    cut = len(root)
+    if url:  # (a URL's listing may repeat its slashes)
+        return (p[cut:].lstrip("/") for p in paths)
+    cut += 0 if root.endswith(os.sep) else len(os.sep)
+    return (p[cut:] for p in paths)
 
 
 def _join(root: str, name: str, sep: str) -> str:
@@ -315,8 +320,8 @@ def _sort_out(root: str, found: dict[str, int], url: bool) -> _Sorted:
     tree, shards = SAMPLE_TREE + sep, SAMPLE_SHARDS + sep
     out = _Sorted([], [], [], [], True)
     sample_root = True
-    for f in sorted(found):  # linear on a walk's or a listing's paths, already sorted
-        r = _rel(root, f, url)
+    paths = sorted(found)  # linear on a walk's or a listing's paths, already sorted
+    for f, r in zip(paths, _rels(root, paths, url), strict=True):
         image, tar = is_image(r), is_shard(r)
         if image:
             out.images.append(f)
@@ -405,8 +410,8 @@ def _tree(root: str, images: list[str], found: dict[str, int], url: bool) -> Lay
     sep = "/" if url else os.sep
     # the first folder below the root, or None for an image lying in the root
     classed: list[str | None] = []
-    for f in images:
-        head, slash, _ = _rel(root, f, url).partition(sep)
+    for r in _rels(root, images, url):
+        head, slash, _ = r.partition(sep)
         classed.append(head if slash else None)
     if all(c is None for c in classed):  # a flat folder of images: one class
         name = split.basename(root.rstrip("/")) or "images"

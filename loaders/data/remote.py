@@ -325,22 +325,25 @@ def _norm(url: str) -> str:
     return parts._replace(path=path).geturl()
 
 
-def _http_walk(fs, url: str, depth: int = 0) -> list[str]:
-    """Files below ``url`` on a listing web server: only links that stay below it."""
-    if depth > 32:
-        return []
-    base = _norm(url if url.endswith("/") else url + "/")
-    out: list[str] = []
-    for link in fs.ls(base, detail=False):
-        full = _norm(urljoin(base, link))
-        parts = urlsplit(full)
-        if parts.query or parts.fragment or not full.startswith(base) or full == base:
-            continue
-        if full.endswith("/"):
-            out += _http_walk(fs, full, depth + 1)
-        else:
-            out.append(full)
-    return sorted(set(out))
+def _http_walk(fs, url: str) -> list[str]:
+    """Files below ``url`` on a listing web server: only links that stay below it; each index
+    page read once, one sort at the end."""
+    top = _norm(url if url.endswith("/") else url + "/")
+    found: set[str] = set()
+    pages, seen = [(top, 0)], {top}
+    while pages:
+        base, depth = pages.pop()
+        for link in fs.ls(base, detail=False):
+            full = _norm(urljoin(base, link))
+            parts = urlsplit(full)
+            if parts.query or parts.fragment or not full.startswith(base) or full == base:
+                continue
+            if not full.endswith("/"):
+                found.add(full)
+            elif depth < 32 and full not in seen:
+                seen.add(full)
+                pages.append((full, depth + 1))
+    return sorted(found)
 
 
 def sizes(urls: list[str]) -> list[int]:
