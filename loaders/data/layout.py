@@ -14,6 +14,10 @@ glob of shards, and returns a :class:`Layout`. The rules, the same for the loade
   one record format by extension (``.npy``, ``.npz``, ``.tfrecord``, ``.h5``, ``.parquet``), is
   read in that format; a record format named in ``fmt`` takes its files (``files``: every file)
   and leaves the rest. Dot-files and dot-folders are never listed.
+* A local folder is listed in one pass (``os.scandir``, sizes from the same entries, one sort).
+  Links are followed, but each folder is listed once: a link back to a folder above it, or a
+  second way to one folder, is left out and named in ``skipped``, as are unreadable folders and
+  files, broken links and anything that is not a regular file.
 """
 
 from __future__ import annotations
