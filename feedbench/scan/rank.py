@@ -31,7 +31,7 @@ from feedbench.scan.results import (
     RankOutcome,
     SampleError,
 )
-from feedbench.scan.sources import Source
+from feedbench.scan.sources import Source, shared_index
 
 
 def prepare_cache(
@@ -113,10 +113,12 @@ def open_loader(
     factory called with the keywords it takes (and remade per pass when it is one-shot)."""
     name = str(config.loader)
     if not is_user_spec(name):
-        from loaders import build_loader
+        from loaders import SampleIndex, build_loader
 
+        given = shared_index()  # the parent's index: not listed again here
         built = build_loader(
-            config.path, name, batch_size, image_size=config.image_size, rank=rank,
+            SampleIndex.load(given) if given else config.path, name, batch_size,
+            image_size=config.image_size, rank=rank,
             world_size=world_size, local_rank=local_rank, seed=config.seed, workers=workers,
             device=device, **config.loader_options,
         )  # fmt: skip

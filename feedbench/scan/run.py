@@ -380,10 +380,12 @@ def scan(
     """
     source, notes, p = validate(config)
     start_consumer_server()
-    if not source.remote and source.kind != "records":
+    if config.path is None:  # the user's loader knows its data: nothing listed
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
-    # consumers do not list it again (a URL's objects, data files' sample index: record headers)
-    with shared_listing(source, config.path, config.fmt):
+    # listed once: the consumers load this listing (and our loaders' index) instead of listing
+    user = is_user_spec(config.loader)
+    ours = None if user else config.loader
+    with shared_listing(source, config.path, "files" if user else config.fmt, ours):
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 
 
