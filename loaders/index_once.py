@@ -18,8 +18,11 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import psutil
 
@@ -30,6 +33,7 @@ from loaders.errors import LoaderError
 
 ANNOUNCE_S = 60.0  # how long another rank waits for local rank 0 to say it is listing
 POLL_S = 0.05
+T = TypeVar("T")
 
 
 def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None) -> SampleIndex:
@@ -44,10 +48,13 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     if info.world_size > 1 and info.local_world_size > 1:
         own = target is None  # the job's own file, removed with it; else the user's, kept
         if target is None:
-            target = _job_path(listed)
+            target = job_path(listed, ".npz")
             if os.path.exists(target):  # listed by an earlier build_loader of this job
                 return _checked(SampleIndex.load(target), listed, target)
-        return _per_machine(source, fmt, info, target, own)
+        index = once_per_machine(
+            info.local_rank, target, lambda: open_index(source, fmt), SampleIndex.save, own=own
+        )
+        return index if index is not None else _checked(SampleIndex.load(target), listed, target)
     index = open_index(source, fmt)
     if target is not None:
         index.save(target)
@@ -63,8 +70,9 @@ def _checked(index: SampleIndex, listed: str, path: str) -> SampleIndex:
     return index
 
 
-def _job_path(listed: str) -> str:
-    """This job's index file for ``listed``, the same on every local rank (see the module)."""
+def job_path(listed: str, suffix: str) -> str:
+    """This job's file (or folder) for ``listed``, the same on every local rank (see the
+    module), in a folder of this user's in the temporary folder."""
     parent = os.getppid()
     try:
         born = psutil.Process(parent).create_time()
@@ -75,34 +83,41 @@ def _job_path(listed: str) -> str:
     digest = hashlib.sha1("\n".join(job).encode("utf-8", "replace")).hexdigest()[:20]
     folder = os.path.join(tempfile.gettempdir(), f"feedbench-index-{os.getuid()}")
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    return os.path.join(folder, digest + ".npz")
+    return os.path.join(folder, digest + suffix)
 
 
-def _per_machine(source, fmt: str, info: DistInfo, target: str, own: bool) -> SampleIndex:
-    if info.local_rank == 0:
-        return _list_and_save(source, fmt, target, own)
-    listed = listed_as(source, fmt)
-    if _wait_for(target):
-        return _checked(SampleIndex.load(target), listed, target)
-    error = _read_error(target)
-    if error is not None:
-        raise LoaderError(error)
-    return open_index(source, fmt)  # no rank listing for this machine: list here
-
-
-def _list_and_save(source, fmt: str, target: str, own: bool) -> SampleIndex:
-    """Local rank 0: announce the listing, list, save (or leave the error for the others)."""
+def once_per_machine(
+    local_rank: int,
+    target: str,
+    make: Callable[[], T],
+    save: Callable[[T, str], None],
+    *,
+    own: bool = True,
+    error: type[Exception] = LoaderError,
+) -> T | None:
+    """Local rank 0 makes the value (``make``: lists) and saves it at ``target``, and returns
+    it; another rank waits for that and returns None (load ``target``), or makes the value
+    itself when no rank of its machine announced it (see the module). A failure of rank 0's
+    ``make`` (an ``error``) is raised on every rank, with its message. ``own``: ``target`` is
+    removed when local rank 0 exits."""
     announce, error_file = target + ".listing", target + ".error"
+    if local_rank != 0:
+        if _wait_for(target):
+            return None
+        told = _read_error(target)
+        if told is not None:
+            raise error(told)
+        return make()  # no rank listing for this machine: list here
     _remove([error_file])  # a killed job's
     _write_atomic(announce, str(os.getpid()))
     atexit.register(_remove, [announce, error_file, target] if own else [announce, error_file])
     try:
-        index = open_index(source, fmt)
-    except LoaderError as e:
+        value = make()
+    except error as e:
         _write_atomic(error_file, json.dumps({"error": str(e)}))
         raise
-    index.save(target)
-    return index
+    save(value, target)
+    return value
 
 
 def _wait_for(target: str) -> bool:
@@ -148,5 +163,7 @@ def _write_atomic(path: str, text: str) -> None:
 
 def _remove(paths: list[str]) -> None:
     for p in paths:
+        if os.path.isdir(p):
+            shutil.rmtree(p, ignore_errors=True)
         with contextlib.suppress(OSError):
             os.unlink(p)

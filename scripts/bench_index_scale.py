@@ -15,7 +15,7 @@ memory do not depend on file sizes), then measures:
   DataLoader worker after it served two batches; time to the first batch with the saved index.
 
     python scripts/bench_index_scale.py [--files 1280000] [--classes 1000] [--ranks 8]
-        [--root /tmp/fbindex] [--keep] [--out results.json]
+        [--repeat 2] [--root /tmp/fbindex] [--keep] [--out results.json]
 
 The tree is made only where nothing is (or where this script made it before: a marker file) and
 removed at the end unless ``--keep``.
@@ -28,6 +28,7 @@ import io
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -65,7 +66,7 @@ def free_inodes(path: str) -> int:
     return st.f_favail
 
 
-def measure_listing(root: Path, out: Path) -> dict:
+def measure_listing(root: Path, out: Path) -> tuple[dict, object]:
     from loaders.data import SampleIndex, locate, open_index
     from loaders.data.index import listed_as
 
@@ -91,16 +92,15 @@ def measure_listing(root: Path, out: Path) -> dict:
         "file_bytes_per_sample": saved.stat().st_size / n,
         "nbytes_per_sample": index.nbytes / n,
         "loaded_samples": len(loaded),
-    }
+    }, layout
 
 
-def measure_handover(root: Path, out: Path) -> dict:
+def measure_handover(root: Path, out: Path, layout) -> dict:
     """The scan's parent saves its listing (and the loaders' index); a consumer loads both."""
-    from loaders.data import SampleIndex, locate
+    from loaders.data import SampleIndex
     from loaders.data.index import listed_as
     from loaders.data.saved import load_layout, save_layout
 
-    layout = locate(root)
     t0 = time.perf_counter()
     save_layout(layout, out / "layout.npz", listed_as(root, "auto"))
     t1 = time.perf_counter()
@@ -134,9 +134,9 @@ while len([p for p in os.listdir(out) if p.startswith("rank")]) < n:
 """
 
 
-def measure_ranks(root: Path, out: Path, n: int) -> dict:
+def measure_ranks(root: Path, out: Path, n: int, name: str) -> dict:
     """``n`` rank processes of one machine obtaining the index as build_loader does."""
-    folder = out / f"ranks{n}"
+    folder = out / f"ranks{name}"
     folder.mkdir()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     t_start = time.time()
@@ -188,6 +188,7 @@ def main() -> int:
     p.add_argument("--files", type=int, default=1_280_000)
     p.add_argument("--classes", type=int, default=1000)
     p.add_argument("--ranks", type=int, default=8)
+    p.add_argument("--repeat", type=int, default=2, help="runs of 1 and of --ranks ranks each")
     p.add_argument("--root", type=Path, default=Path("/tmp/fbindex"))
     p.add_argument("--keep", action="store_true", help="leave the tree (to run again)")
     p.add_argument("--out", type=Path, help="results JSON")
@@ -205,15 +206,18 @@ def main() -> int:
     work.mkdir()
     try:
         result = {"files": args.files, "make_tree_s": made_s}
-        result["listing"] = measure_listing(root, work)
-        result["handover"] = measure_handover(root, work)
-        result["ranks_1"] = measure_ranks(root, work, 1)
-        result["ranks_n"] = measure_ranks(root, work, args.ranks)
-        r1, rn = result["ranks_1"], result["ranks_n"]
-        result["listing_ratio_n_to_1"] = rn["total_listing_s"] / r1["total_listing_s"]
-        result["wall_ratio_n_to_1"] = (
-            rn["wall_s_until_every_rank_has_it"] / r1["wall_s_until_every_rank_has_it"]
-        )
+        result["listing"], layout = measure_listing(root, work)
+        result["handover"] = measure_handover(root, work, layout)
+        del layout
+        runs = []
+        for k in range(args.repeat):  # interleaved: a busy neighbour hits both alike
+            for n in (1, args.ranks) if k % 2 == 0 else (args.ranks, 1):
+                runs.append(measure_ranks(root, work, n, f"{n}-{k}"))
+        result["ranks"] = runs
+        for key in ("total_listing_s", "wall_s_until_every_rank_has_it"):
+            one = statistics.median(r[key] for r in runs if r["ranks"] == 1)
+            many = statistics.median(r[key] for r in runs if r["ranks"] == args.ranks)
+            result[f"median_{key}"] = {"1": one, str(args.ranks): many, "ratio": many / one}
         result["memory"] = measure_memory(root, work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -221,8 +225,8 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
-    for key in ("ranks_1", "ranks_n"):  # each rank's figures: in --out only
-        result[key].pop("per_rank")
+    for run in result["ranks"]:  # each rank's figures: in --out only
+        run.pop("per_rank")
     print(json.dumps(result, indent=2))
     return 0
 

@@ -222,23 +222,35 @@ def detect_files(path: str | None) -> Source:
 def shared_listing(source: Source, path: str, fmt: str, loader: str | None = None):
     """Hand this listing to the consumer processes started meanwhile (they inherit the
     environment): N consumers then cost one listing, not N + 1 (over HTTP, asking every object's
-    size again). A file in a folder of this process's, removed after; with one of our loaders
-    (``loader``: torch, dali, wds, auto), the loader's sample index is made and handed over too
-    (a shard's headers walked once, not once per consumer). Yields the folder."""
-    folder = tempfile.mkdtemp(prefix="feedbench-listing-")
+    size again). A folder of this process's (:func:`save_listing`), removed after. Yields it."""
+    folder = os.path.join(tempfile.mkdtemp(prefix="feedbench-listing-"), "listing")
     try:
-        save_layout(source.layout, os.path.join(folder, LAYOUT_FILE), listed_as(path, fmt))
+        save_listing(source, path, fmt, loader, folder)
+        with environ(LISTING_ENV, folder):
+            yield folder
+    finally:
+        shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+
+
+def save_listing(source: Source, path: str, fmt: str, loader: str | None, folder: str) -> None:
+    """The listing of ``path`` read as ``fmt`` saved in ``folder`` (made whole or not at all:
+    written beside it, then renamed), for :func:`detect` in the consumers; with one of our
+    loaders (``loader``: torch, dali, wds, auto), the loaders' sample index too (a shard's
+    headers walked once, not once per consumer)."""
+    part = f"{folder}.{os.getpid()}.part"
+    os.makedirs(part)
+    try:
+        save_layout(source.layout, os.path.join(part, LAYOUT_FILE), listed_as(path, fmt))
         if loader is not None and source.kind in ("tree", "shards"):
             try:
                 index = open_index(source.layout)
             except LoaderError as e:
                 raise FeedbenchError(str(e)) from None
             index.listed = listed_as(path, fmt)
-            index.save(os.path.join(folder, INDEX_FILE))
-        with environ(LISTING_ENV, folder):
-            yield folder
+            index.save(os.path.join(part, INDEX_FILE))
+        os.replace(part, folder)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(part, ignore_errors=True)
 
 
 def shared_index() -> str | None:
