@@ -120,6 +120,12 @@ def once_per_machine(
     return value
 
 
+def forget(target: str) -> None:
+    """Remove what :func:`once_per_machine` left at ``target`` (local rank 0, at the job's end,
+    where the process leaves without running exit handlers)."""
+    _remove([target + ".listing", target + ".error", target])
+
+
 def _wait_for(target: str) -> bool:
     """Whether local rank 0 saved ``target``: waits while its listing is under way (its
     process alive); False when none was announced within ``ANNOUNCE_S``, or it ended without."""

@@ -21,7 +21,7 @@ from feedbench.scan.sources import LISTING_ENV, save_listing
 from feedbench.scan.sweep import curve
 from loaders.data.index import listed_as
 from loaders.dist import default_workers
-from loaders.index_once import job_path, once_per_machine
+from loaders.index_once import forget, job_path, once_per_machine
 
 # (rank 0's result, or None on another rank; the error to tell): the results written, the
 # error said; called on the stall watch's thread, before the rank leaves with exit code 3
@@ -44,6 +44,14 @@ def run_under_torchrun(
             "feedbench consumer is a torchrun rank: torchrun ... -m feedbench consumer PATH"
         )
     config.consumers = (d.world_size,)
+    try:
+        return _run(config, d, on_update, on_stalled)
+    finally:  # (the ranks leave without running exit handlers): the listing goes with the job
+        if d.local_rank == 0 and os.environ.get(LISTING_ENV):
+            forget(os.environ[LISTING_ENV])
+
+
+def _run(config: ScanConfig, d, on_update, on_stalled) -> ScanResult | None:
     source, notes, p = _validate_once(config, d.local_rank)
     result = new_result(config, source, notes, p) if d.rank == 0 else None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size))
