@@ -32,7 +32,7 @@ from loaders.dist import DistInfo
 from loaders.errors import LoaderError
 
 ANNOUNCE_S = 60.0  # how long another rank waits for local rank 0 to say it is listing
-POLL_S = 0.05
+POLL_S, POLL_MAX_S = 0.01, 0.5  # how often a waiting rank looks for the index: at first, at most
 T = TypeVar("T")
 
 
@@ -131,6 +131,7 @@ def _wait_for(target: str) -> bool:
     process alive); False when none was announced within ``ANNOUNCE_S``, or it ended without."""
     announce, error_file = target + ".listing", target + ".error"
     deadline = time.monotonic() + ANNOUNCE_S
+    pause = POLL_S
     while True:
         if os.path.exists(target):
             return True
@@ -141,7 +142,8 @@ def _wait_for(target: str) -> bool:
             return False
         if pid is not None and not psutil.pid_exists(pid):
             return os.path.exists(target)
-        time.sleep(POLL_S)
+        time.sleep(pause)
+        pause = min(pause * 1.5, POLL_MAX_S)  # a long listing: 7 ranks polling take no core
 
 
 def _lister(announce: str) -> int | None:
