@@ -12,7 +12,8 @@ memory do not depend on file sizes), then measures:
   1 and ``--ranks`` ranks;
 - the scan's hand-over: a consumer loading the parent's listing and index files;
 - memory: PSS/USS/RSS (psutil) of the process holding the loaded index and of one forked
-  DataLoader worker after it served two batches; time to the first batch with the saved index.
+  DataLoader worker after it served two batches, and the PSS both add to what this process
+  held before; time to the first batch with the saved index.
 
     python scripts/bench_index_scale.py [--files 1280000] [--classes 1000] [--ranks 8]
         [--repeat 2] [--root /tmp/fbindex] [--keep] [--out results.json]
@@ -157,30 +158,43 @@ def measure_ranks(root: Path, out: Path, n: int, name: str) -> dict:
     }
 
 
+MEMORY_CODE = r"""
+import json, sys, time
+import psutil
+import torch  # (imported before measuring: a training process has it)
+from loaders import build_loader
+root, saved = sys.argv[1], sys.argv[2]
+me = psutil.Process()
+before = me.memory_full_info().pss
+t0 = time.perf_counter()
+loader = build_loader(root, "torch", 16, workers=1, train=False, device="cpu", index=saved,
+                      prefetch=1)
+batches = iter(loader)
+next(batches)
+first_batch_s = time.perf_counter() - t0
+next(batches)
+(worker,) = [c for c in me.children() if c.is_running()][:1]
+mine, theirs = me.memory_full_info(), worker.memory_full_info()
+mb = 1 << 20
+print(json.dumps({
+    "first_batch_s_with_saved_index": first_batch_s,
+    "pss_mb_before_loader": before / mb,
+    "parent": {"rss_mb": mine.rss / mb, "pss_mb": mine.pss / mb, "uss_mb": mine.uss / mb},
+    "worker": {"rss_mb": theirs.rss / mb, "pss_mb": theirs.pss / mb, "uss_mb": theirs.uss / mb},
+    # what the loader (index mapped) and its worker added: both PSS after, less this process's
+    # before (pages the worker shares with it are counted once)
+    "added_pss_mb": (mine.pss + theirs.pss - before) / mb,
+}))
+"""
+
+
 def measure_memory(root: Path, out: Path) -> dict:
-    """PSS of this process (the index loaded, a loader built) and of its one forked worker."""
-    import psutil
-
-    from loaders import build_loader
-
-    t0 = time.perf_counter()
-    loader = build_loader(root, "torch", 16, workers=1, train=False, device="cpu",
-                          index=out / "index.npz", prefetch=1)  # fmt: skip
-    batches = iter(loader)
-    next(batches)
-    first_batch_s = time.perf_counter() - t0
-    next(batches)
-    me = psutil.Process()
-    (worker,) = [c for c in me.children() if c.is_running()][:1]
-    mine, theirs = me.memory_full_info(), worker.memory_full_info()
-    mb = 1 << 20
-    result = {
-        "first_batch_s_with_saved_index": first_batch_s,
-        "parent": {"rss_mb": mine.rss / mb, "pss_mb": mine.pss / mb, "uss_mb": mine.uss / mb},
-        "worker": {"rss_mb": theirs.rss / mb, "pss_mb": theirs.pss / mb, "uss_mb": theirs.uss / mb},
-    }
-    del batches, loader
-    return result
+    """A fresh process (as a rank: torch imported) builds a loader over the saved index, one
+    forked worker serves two batches: PSS/USS/RSS of both, and what they added."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    argv = [sys.executable, "-c", MEMORY_CODE, str(root), str(out / "index.npz")]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
