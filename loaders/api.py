@@ -11,6 +11,7 @@ from loaders.base import LoaderBase, resolve_device, start_workers
 from loaders.data import SampleIndex, Skipped, open_index
 from loaders.dist import DistInfo, default_workers, discover, shard_indices
 from loaders.errors import LoaderError, MissingDependencyError
+from loaders.index_once import obtain
 from loaders.option_values import check_values
 from loaders.transforms import (
     IMAGENET_MEAN,
@@ -180,6 +181,7 @@ def build_loader(
     mean: tuple[float, float, float] = IMAGENET_MEAN,
     std: tuple[float, float, float] = IMAGENET_STD,
     resize_size: int | None = None,
+    index: str | os.PathLike[str] | None = None,
     **options,
 ) -> LoaderBase:
     """A loader over ``source`` for this rank. See the module docstring; per backend options:
@@ -215,6 +217,14 @@ def build_loader(
     are listed by streaming each one once: for many ranks, :func:`open_index` once and pass
     the index.
 
+    Listing happens once per machine: with several ranks on it (torchrun), local rank 0 lists
+    and the others load its index (:mod:`loaders.index_once`). ``index=PATH`` keeps the listing
+    for later jobs, like DALI's ``file_list``: a file there holding this source's index (same
+    path or URL and ``source_format``) is used instead of listing; no file there: the source is
+    listed and its index written there (atomically), then reused on the next run. A file that
+    is not an index, or is the index of another source, is a :class:`LoaderError`; delete it to
+    list again (a tree that changed is not noticed: the index says what was there).
+
     ``workers`` is DataLoader worker processes (torch, wds) or DALI CPU threads; by default this
     rank's share of the cores. ``rank`` / ``world_size`` / ``local_rank`` come from the arguments,
     else torchrun's environment, else torch.distributed (:func:`loaders.dist.discover`).
@@ -236,7 +246,7 @@ def build_loader(
     if backend != AUTO:
         check_options(backend, options)  # before listing the source: a typo fails at once
     info = discover(rank, world_size, local_rank)
-    index = source if isinstance(source, SampleIndex) else open_index(source, source_format)
+    index = obtain(source, source_format, info, path=index)  # (the argument: a file's path)
     chosen = None
     if backend == AUTO:
         device = resolve_device(device, info.local_rank)

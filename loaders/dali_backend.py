@@ -205,7 +205,7 @@ class DaliLoader(LoaderBase):
             self._order = np.arange(len(index))
         # on the host: the batch's keys arrive there, and indexing a GPU table with host indices
         # would copy them synchronously (a wait for the training stream every batch)
-        self._class_of = torch.from_numpy(index.labels)
+        self._class_of = torch.from_numpy(np.array(index.labels))  # (a saved index: read-only)
         self._iterator = None
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there

@@ -102,8 +102,13 @@ class Watchdog:
         self.started = False
         self.grace_s = startup_s
 
-    def check(self, values: Sequence[tuple[int, ...]]) -> bool:
+    def check(self, values: Sequence[tuple[int, ...]], busy: Sequence[bool] = ()) -> bool:
+        """Whether the processes stalled. ``busy[i]``: process i is at work that moves no
+        counter (listing, building an index): not silent, however long it takes."""
         now = time.monotonic()
+        for i, b in enumerate(busy):
+            if b:
+                self.moved[i] = now
         for i, v in enumerate(values):
             if v != self.seen[i]:
                 if self.seen[i] is not None or any(v):  # counters start at zero

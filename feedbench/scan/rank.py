@@ -31,7 +31,7 @@ from feedbench.scan.results import (
     RankOutcome,
     SampleError,
 )
-from feedbench.scan.sources import Source
+from feedbench.scan.sources import Source, shared_index
 
 
 def prepare_cache(
@@ -61,6 +61,13 @@ def prepare_cache(
             "(this filesystem ignores fadvise?): the cold pass is partly warm; try --drop-caches"
         )
     return CacheState("cold", resident, failures), warnings
+
+
+# What a consumer is doing, for the parent's stall watch: opening moves no counter (loading the
+# parent's listing, or listing where it has none; building a loader, its index, its workers) and
+# is not a stall of the storage, however long it takes
+READING, OPENING = 0, 1
+PHASES = ("reading", "opening the data (listing it, building the index and the loader)")
 
 
 @dataclass
@@ -113,10 +120,12 @@ def open_loader(
     factory called with the keywords it takes (and remade per pass when it is one-shot)."""
     name = str(config.loader)
     if not is_user_spec(name):
-        from loaders import build_loader
+        from loaders import SampleIndex, build_loader
 
+        given = shared_index()  # the parent's index: not listed again here
         built = build_loader(
-            config.path, name, batch_size, image_size=config.image_size, rank=rank,
+            SampleIndex.load(given) if given else config.path, name, batch_size,
+            image_size=config.image_size, rank=rank,
             world_size=world_size, local_rank=local_rank, seed=config.seed, workers=workers,
             device=device, **config.loader_options,
         )  # fmt: skip
@@ -149,10 +158,12 @@ def run_rank(
     progress: Callable[[int], None] | None = None,
     on_hosts: Callable[[list[HostInfo]], None] | None = None,
     gather_hosts: bool = False,
+    on_phase: Callable[[int], None] | None = None,
 ) -> None:
     """One consumer process: every pass × repeat of ``config`` at this world size. With
     ``gather_hosts`` (every rank alike: torchrun, where ranks may be on several machines), rank 0
-    is told each rank's host first (``on_hosts``, in rank order)."""
+    is told each rank's host first (``on_hosts``, in rank order). ``on_phase(k)`` is told when
+    the consumer starts :data:`PHASES`\\ [k] (for the parent's stall watch)."""
     tdist.init_process_group(
         "gloo",
         init_method=init_method,
@@ -166,7 +177,11 @@ def run_rank(
             tdist.gather_object(HostInfo.current(), hosts, dst=0)
             if hosts is not None and on_hosts is not None:
                 on_hosts(hosts)
+        if on_phase is not None:
+            on_phase(OPENING)
         c = open_consumer(rank, world, local_rank, config, workers)
+        if on_phase is not None:
+            on_phase(READING)
         epoch = 0  # one per pass × repeat
         for pass_name in config.passes:
             for repeat in range(1, config.repeat + 1):

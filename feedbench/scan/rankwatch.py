@@ -41,6 +41,7 @@ import feedbench
 import loaders
 from feedbench.core.errors import EXIT_FAILED
 from feedbench.core.supervise import leave_without_finalizing
+from loaders.data import remote
 
 ENDING_S = 60.0  # the other ranks wait this long for rank 0 to write the results
 STORE_TIMEOUT_S = 10.0  # one store request (a store that does not answer: torchrun is ending)
@@ -61,6 +62,18 @@ _WAITS = {  # (our function, collective) → what that wait is
 }
 
 _WORK = {("consumer.py", "step"): "sleeping its emulated accelerator step"}  # (file, function)
+# listing and indexing move no progress counter and are no stall, however long: (file, function
+# entered) → what the rank is doing. (Not a sample's read: SampleIndex.read is a read.)
+_DATA = os.path.join(_OURS[1], "data") + os.sep
+_BUSY = {
+    (_DATA + "layout.py", "locate"): "listing {}",
+    (_DATA + "layout.py", "locate_files"): "listing {}",
+    (_DATA + "index.py", "open_index"): "building the index of {}",
+    (_DATA + "saved.py", "write"): "saving the index to {}",
+    (_DATA + "saved.py", "read"): "loading the index {}",
+    (os.path.join(_OURS[1], "index_once.py"), "obtain"): "listing {} (or waiting for local "
+    "rank 0's listing)",
+}
 
 
 @dataclass(frozen=True)
@@ -70,6 +83,7 @@ class Activity:
 
     waiting: bool
     what: str
+    busy: bool = False  # listing or building the index: its own work, not a stall
 
 
 def _stack(frame: FrameType | None) -> list[FrameType]:
@@ -87,6 +101,9 @@ def activity(frame: FrameType | None) -> Activity:
     dist = [i for i, f in enumerate(frames) if _DIST in f.f_code.co_filename]
     if dist:
         return Activity(True, "waiting in " + _wait_name(frames, dist[-1]))
+    busy = next((f for f in reversed(frames) if _busy_key(f) in _BUSY), None)
+    if busy is not None:  # the outermost: indexing calls the listing, not the reverse
+        return Activity(False, _BUSY[_busy_key(busy)].format(_listed(busy)), busy=True)
     for f in frames:
         path = f.f_locals.get("path") if f.f_code.co_filename == _SOURCES else None
         if isinstance(path, str):
@@ -99,6 +116,19 @@ def activity(frame: FrameType | None) -> Activity:
             known = _WORK.get((name, f.f_code.co_name))
             return Activity(False, known or f"in {f.f_code.co_name} ({name}:{f.f_lineno})")
     return Activity(False, "starting")
+
+
+def _busy_key(frame: FrameType) -> tuple[str, str]:
+    return frame.f_code.co_filename, frame.f_code.co_name
+
+
+def _listed(frame: FrameType) -> str:
+    """What the listing at ``frame`` lists (its ``path`` or ``source``), without credentials."""
+    for name in ("path", "source"):
+        value = frame.f_locals.get(name)
+        if isinstance(value, (str, os.PathLike)):
+            return remote.redact_url(os.fspath(value))
+    return "the data"
 
 
 def _wait_name(frames: list[FrameType], outermost: int) -> str:
@@ -208,7 +238,7 @@ class RankWatch:
         act = activity(sys._current_frames().get(self._watched.ident))
         if self.beats != self._seen:
             self._seen, self._progressed, self._started = self.beats, now, True
-        if act.waiting:  # held up by another rank: not this one's silence
+        if act.waiting or act.busy:  # held up by another rank, or listing: not a silence
             self._waited = now
         self._ticks += 1
         beat = {"what": act.what, "host": self.host, "tick": self._ticks}

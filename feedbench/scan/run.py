@@ -52,6 +52,7 @@ def _spawned(
     out_path: str,
     done_bytes: Any,
     beats: Any,
+    phases: Any,
     env: dict[str, str],
 ) -> None:
     os.setpgid(0, 0)  # a group of its own, its loader workers' too: reaped by it, even orphaned
@@ -75,6 +76,9 @@ def _spawned(
         done_bytes[local_rank] += nbytes
         beats[local_rank] += 1  # a batch taken (also one of failed samples): not stalled
 
+    def phase(k: int) -> None:
+        phases[local_rank] = k
+
     from feedbench.scan.rank import run_rank  # imported by the server already (preload)
 
     try:
@@ -87,6 +91,7 @@ def _spawned(
             workers,
             keep,
             progress,
+            on_phase=phase,
         )
     except UserLoaderError as e:  # the user's loader, not this consumer, failed: tell the parent
         tmp = f"{out_path}.error.{local_rank}"
@@ -146,6 +151,7 @@ def run_count(
     start_consumer_server()
     forks = multiprocessing.get_context(START_METHOD)
     done_bytes, beats = forks.Array("q", n, lock=False), forks.Array("q", n, lock=False)
+    phases = forks.Array("b", n, lock=False)  # rank.PHASES: each consumer's, for the watch
     fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
     os.close(fd)
     os.unlink(out_path)
@@ -154,13 +160,13 @@ def run_count(
         env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
         ctx = mp.start_processes(
             _spawned,
-            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, env),
+            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, phases, env),
             nprocs=n,
             join=False,
             start_method=START_METHOD,
         )
     try:
-        how, why = _watch(ctx, config, done_bytes, beats, on_progress)
+        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress)
     finally:
         _end(ctx, tag)
     outcomes: list[RankOutcome] = []
@@ -183,17 +189,22 @@ def run_count(
     return outcomes
 
 
-def _watch(ctx, config: ScanConfig, done_bytes, beats, on_progress) -> tuple[str, str | None]:
+def _watch(
+    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress
+) -> tuple[str, str | None]:
     """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
-    ("stalled", why)."""
+    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled."""
     import torch.multiprocessing as mp
+
+    from feedbench.scan.rank import READING
 
     dog = Watchdog(len(done_bytes), config.stall_timeout_s)
     try:
         while not ctx.join(timeout=0.5):
             if on_progress is not None:
                 on_progress(sum(done_bytes))
-            if dog.check(list(zip(done_bytes, beats, strict=True))):
+            busy = [p != READING for p in phases]
+            if dog.check(list(zip(done_bytes, beats, strict=True)), busy):
                 return "stalled", _stall_message(dog, config)
     except KeyboardInterrupt:
         return "interrupted", None
@@ -380,10 +391,12 @@ def scan(
     """
     source, notes, p = validate(config)
     start_consumer_server()
-    if not source.remote and source.kind != "records":
+    if config.path is None:  # the user's loader knows its data: nothing listed
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
-    # consumers do not list it again (a URL's objects, data files' sample index: record headers)
-    with shared_listing(source, config.path, config.fmt):
+    # listed once: the consumers load this listing (and our loaders' index) instead of listing
+    user = is_user_spec(config.loader)
+    ours = None if user else config.loader
+    with shared_listing(source, config.path, "files" if user else config.fmt, ours):
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 
 

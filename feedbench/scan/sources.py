@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import shutil
 import tempfile
 import time
@@ -28,17 +27,22 @@ from loaders.data import (
     FileReader,
     Layout,
     RawSample,
+    StringTable,
     iter_shard,
     locate,
     locate_files,
+    open_index,
     read_file,
     records,
 )
 from loaders.data import remote as remote_io
+from loaders.data.index import listed_as
+from loaders.data.saved import load_layout, save_layout
 from loaders.data.tar import timed_open
 from loaders.errors import LoaderError
 
-LISTING_ENV = "FEEDBENCH_LISTING"  # a listing the parent made, for the consumers it starts
+LISTING_ENV = "FEEDBENCH_LISTING"  # the folder of the listing the parent made, for its consumers
+LAYOUT_FILE, INDEX_FILE = "layout.npz", "index.npz"  # scan's listing, the loaders' index
 
 
 class Source:
@@ -54,7 +58,8 @@ class Source:
         self.kind = layout.kind
         self.root = layout.root
         self.remote = layout.remote
-        self._files = np.asarray(layout.files, dtype=str)  # numpy: no copy-on-read growth
+        files = layout.files  # one buffer: no Python object per file, no copy-on-read growth
+        self._files = files if isinstance(files, StringTable) else StringTable(files)
         self._sizes = np.asarray(layout.sizes, dtype=np.int64)
         labels = layout.labels if layout.labels is not None else np.zeros(0, dtype=np.int64)
         self._labels = np.asarray(labels, dtype=np.int64)
@@ -185,10 +190,11 @@ class Source:
 
 
 def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
-    """The source at ``path`` and notes about the choice (e.g. a second layout left out)."""
+    """The source at ``path`` and notes about the choice (e.g. a second layout left out); in a
+    consumer, the listing its parent made (:func:`shared_listing`), never a listing of its own."""
     shared = _shared(path, fmt)
     if shared is not None:
-        return Source(shared), []
+        return Source(shared), list(shared.notes)
     try:
         layout = locate(path, fmt)
     except LoaderError as e:
@@ -203,6 +209,9 @@ def detect_files(path: str | None) -> Source:
         return Source(Layout("files", "", [], []))
     if remote_io.is_url(path):
         raise FeedbenchError("--loader reads local paths; scan the URL without --loader")
+    shared = _shared(path, "files")
+    if shared is not None:
+        return Source(shared)
     try:
         return Source(locate_files(path))
     except LoaderError as e:
@@ -210,25 +219,52 @@ def detect_files(path: str | None) -> Source:
 
 
 @contextlib.contextmanager
-def shared_listing(source: Source, path: str, fmt: str):
+def shared_listing(source: Source, path: str, fmt: str, loader: str | None = None):
     """Hand this listing to the consumer processes started meanwhile (they inherit the
-    environment), so that N consumers do not list the place N more times (over HTTP, asking
-    every object's size again)."""
-    folder = tempfile.mkdtemp(prefix="feedbench-listing-")
-    target = os.path.join(folder, "listing.pkl")
-    with open(target, "wb") as f:
-        pickle.dump((path, fmt, source.layout), f)
+    environment): N consumers then cost one listing, not N + 1 (over HTTP, asking every object's
+    size again). A folder of this process's (:func:`save_listing`), removed after. Yields it."""
+    folder = os.path.join(tempfile.mkdtemp(prefix="feedbench-listing-"), "listing")
     try:
-        with environ(LISTING_ENV, target):
-            yield target
+        save_listing(source, path, fmt, loader, folder)
+        with environ(LISTING_ENV, folder):
+            yield folder
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+
+
+def save_listing(source: Source, path: str, fmt: str, loader: str | None, folder: str) -> None:
+    """The listing of ``path`` read as ``fmt`` saved in ``folder`` (made whole or not at all:
+    written beside it, then renamed), for :func:`detect` in the consumers; with one of our
+    loaders (``loader``: torch, dali, wds, auto), the loaders' sample index too (a shard's
+    headers walked once, not once per consumer)."""
+    part = f"{folder}.{os.getpid()}.part"
+    os.makedirs(part)
+    try:
+        save_layout(source.layout, os.path.join(part, LAYOUT_FILE), listed_as(path, fmt))
+        if loader is not None and source.kind in ("tree", "shards"):
+            try:
+                index = open_index(source.layout)
+            except LoaderError as e:
+                raise FeedbenchError(str(e)) from None
+            index.listed = listed_as(path, fmt)
+            index.save(os.path.join(part, INDEX_FILE))
+        os.replace(part, folder)
+    finally:
+        shutil.rmtree(part, ignore_errors=True)
+
+
+def shared_index() -> str | None:
+    """The loaders' index file the parent made (:func:`shared_listing`), if any."""
+    folder = os.environ.get(LISTING_ENV)
+    target = os.path.join(folder, INDEX_FILE) if folder else None
+    return target if target and os.path.isfile(target) else None
 
 
 def _shared(path: str, fmt: str) -> Layout | None:
-    target = os.environ.get(LISTING_ENV)
-    if not target or not os.path.isfile(target):
+    folder = os.environ.get(LISTING_ENV)
+    if not folder or not os.path.isfile(os.path.join(folder, LAYOUT_FILE)):
         return None
-    with open(target, "rb") as f:
-        given, given_fmt, layout = pickle.load(f)
-    return layout if (given, given_fmt) == (path, fmt) else None
+    try:
+        return load_layout(os.path.join(folder, LAYOUT_FILE), listed_as(path, fmt))
+    except LoaderError:  # the listing of another path (a consumer started for another scan)
+        return None

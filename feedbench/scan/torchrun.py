@@ -12,12 +12,16 @@ from feedbench.core.envelope import HostInfo
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
+from feedbench.scan.factory import is_user_spec
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
 from feedbench.scan.run import _absorb, _finish, _in_flight, new_result, validate
+from feedbench.scan.sources import LISTING_ENV, save_listing
 from feedbench.scan.sweep import curve
+from loaders.data.index import listed_as
 from loaders.dist import default_workers
+from loaders.index_once import forget, job_path, once_per_machine
 
 # (rank 0's result, or None on another rank; the error to tell): the results written, the
 # error said; called on the stall watch's thread, before the rank leaves with exit code 3
@@ -40,7 +44,15 @@ def run_under_torchrun(
             "feedbench consumer is a torchrun rank: torchrun ... -m feedbench consumer PATH"
         )
     config.consumers = (d.world_size,)
-    source, notes, p = validate(config)
+    try:
+        return _run(config, d, on_update, on_stalled)
+    finally:  # (the ranks leave without running exit handlers): the listing goes with the job
+        if d.local_rank == 0 and os.environ.get(LISTING_ENV):
+            forget(os.environ[LISTING_ENV])
+
+
+def _run(config: ScanConfig, d, on_update, on_stalled) -> ScanResult | None:
+    source, notes, p = _validate_once(config, d.local_rank)
     result = new_result(config, source, notes, p) if d.rank == 0 else None
     local = int(os.environ.get("LOCAL_WORLD_SIZE", d.world_size))
     workers = config.workers if config.workers is not None else default_workers(local, minimum=0)
@@ -73,6 +85,25 @@ def run_under_torchrun(
     if result is not None:
         kept.close()
     return result
+
+
+def _validate_once(config: ScanConfig, local_rank: int):
+    """:func:`validate` with one listing per machine: local rank 0 lists and saves its listing
+    (and the loaders' index), the machine's other ranks load it, and every rank's consumer
+    (its source, its loader) takes it from there instead of listing again."""
+    if config.path is None:
+        return validate(config)
+    user = is_user_spec(config.loader)
+    fmt = "files" if user else config.fmt
+    folder = job_path(listed_as(config.path, fmt) + " (scan)", ".d")
+    os.environ[LISTING_ENV] = folder  # this process is one rank of one scan
+
+    def save(made, target: str) -> None:
+        save_listing(made[0], str(config.path), fmt, None if user else config.loader, target)
+
+    made = once_per_machine(local_rank, folder, lambda: validate(config), save,
+                            error=FeedbenchError)  # fmt: skip
+    return made if made is not None else validate(config)  # (loads rank 0's listing)
 
 
 class _Kept:

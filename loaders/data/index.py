@@ -12,13 +12,15 @@ samples that are complete are kept).
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from loaders.data import remote
+from loaders.data import remote, saved
 from loaders.data.layout import Layout, Skipped, locate
 from loaders.data.tar import iter_shard
 from loaders.errors import LoaderError
@@ -30,19 +32,38 @@ REMOTE_LISTING_STREAMS = 16  # remote shards listed at once (as remote.sizes' HE
 class StringTable:
     """Many strings in one byte buffer plus offsets: no Python object per string."""
 
-    def __init__(self, strings: list[str]) -> None:
+    def __init__(self, strings: Sequence[str]) -> None:
         encoded = [s.encode("utf-8", "surrogateescape") for s in strings]
         lengths = np.fromiter((len(b) for b in encoded), dtype=np.int64, count=len(encoded))
         self.offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
         np.cumsum(lengths, out=self.offsets[1:])
         self.buffer = np.frombuffer(b"".join(encoded), dtype=np.uint8).copy()
 
+    @classmethod
+    def from_arrays(cls, buffer: np.ndarray, offsets: np.ndarray) -> StringTable:
+        """A table over existing arrays (a saved index's, mapped from its file)."""
+        if offsets.ndim != 1 or len(offsets) < 1 or int(offsets[-1]) != len(buffer):
+            raise ValueError("string offsets do not match their buffer")
+        table = cls.__new__(cls)
+        table.buffer, table.offsets = buffer, offsets
+        return table
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> str:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"string {i} of {len(self)}")
+        i = i % len(self)
         a, b = self.offsets[i], self.offsets[i + 1]
         return self.buffer[a:b].tobytes().decode("utf-8", "surrogateescape")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buffer.nbytes + self.offsets.nbytes)
 
     def tolist(self) -> list[str]:
         return [self[i] for i in range(len(self))]
@@ -70,9 +91,47 @@ class SampleIndex:
     label_size: np.ndarray | None = None
     names: StringTable | None = None  # image member name, e.g. "000123.jpg"
     skipped: list[Skipped] = field(default_factory=list)
+    listed: str = ""  # what was listed (path or URL, and format): a saved index is checked by it
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes its per-sample arrays hold (the small fields left out)."""
+        arrays = [self.labels, self.shard_of, self.offset, self.size, self.label_offset]
+        arrays.append(self.label_size)
+        tables = [t.nbytes for t in (self.paths, self.names) if t is not None]
+        return sum(a.nbytes for a in arrays if a is not None) + sum(tables)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write this index to ``path`` (atomically), to be reused by :meth:`load`: by the other
+        ranks of a job, or by later jobs over the same data (:mod:`loaders.data.saved`)."""
+        header = {"listing": "samples", "listed": self.listed, "kind": self.kind}
+        header |= {"root": self.root, "classes": self.classes, "shards": self.shards}
+        header["skipped"] = [list(s) for s in self.skipped]
+        arrays = {"labels": self.labels}
+        for name in _ARRAYS:
+            if getattr(self, name) is not None:
+                arrays[name] = getattr(self, name)
+        for name in _TABLES:
+            table = getattr(self, name)
+            if table is not None:
+                arrays[name + ".buffer"], arrays[name + ".offsets"] = table.buffer, table.offsets
+        saved.write(path, header, arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> SampleIndex:
+        """The index :meth:`save` wrote to ``path``, its arrays mapped from the file (forked
+        workers share the pages); one :class:`LoaderError` for a file that is not one."""
+        header, arrays = saved.read(path)
+        if header.get("listing") != "samples":
+            where = os.fspath(path)
+            raise LoaderError(f"{where} is not a loader's index (it holds a scan's listing)")
+        try:
+            return _from_saved(header, arrays)
+        except (KeyError, TypeError, ValueError) as e:
+            raise LoaderError(f"{os.fspath(path)} is a damaged feedbench index ({e})") from None
 
     @property
     def num_classes(self) -> int:
@@ -111,14 +170,57 @@ class SampleIndex:
         return np.bincount(self.shard_of, minlength=len(self.shards)).astype(np.int64)
 
 
+_ARRAYS = ("shard_of", "offset", "size", "label_offset", "label_size")
+_TABLES = ("paths", "names")
+
+
+def _from_saved(header: dict, arrays: dict[str, np.ndarray]) -> SampleIndex:
+    """A :class:`SampleIndex` from a saved file's parts, its lengths checked."""
+    index = SampleIndex(
+        kind=header["kind"],
+        root=header["root"],
+        labels=arrays["labels"],
+        classes=list(header["classes"]),
+        shards=list(header["shards"]),
+        skipped=[Skipped(str(p), str(r)) for p, r in header["skipped"]],
+        listed=str(header["listed"]),
+    )
+    for name in _ARRAYS:
+        setattr(index, name, arrays.get(name))
+    for name in _TABLES:
+        if name + ".buffer" in arrays:
+            table = StringTable.from_arrays(arrays[name + ".buffer"], arrays[name + ".offsets"])
+            setattr(index, name, table)
+    n = len(index.labels)
+    wanted = ["paths"] if index.kind == "tree" else ["names", *_ARRAYS]
+    if index.kind not in ("tree", "shards"):
+        raise ValueError(f"unknown kind {index.kind!r}")
+    for name in wanted:
+        part = getattr(index, name)
+        if part is None or len(part) != n:
+            raise ValueError(f"{name} does not hold one entry per sample")
+    return index
+
+
+def listed_as(source, fmt: str = "auto") -> str:
+    """What an index of ``source`` read as ``fmt`` is recorded as having listed: a local path
+    made absolute (the same folder named two ways is one source), a URL without credentials."""
+    if isinstance(source, (list, tuple)):  # (a digest: 100 k shards named one by one)
+        names = "\n".join(listed_as(p, "shards") for p in source).encode("utf-8", "replace")
+        return f"{len(source)} shards named one by one, sha1 {hashlib.sha1(names).hexdigest()}"
+    text = os.fspath(source)
+    shown = remote.redact_url(text) if remote.is_url(text) else os.path.abspath(text)
+    return f"{shown} ({fmt})"
+
+
 def open_index(source, fmt: str = "auto") -> SampleIndex:
     """Index ``source``: a path or URL (``s3://``, ``http(s)://``), a brace list or glob, a
     list of shard paths, or a :class:`~loaders.data.layout.Layout`.
 
     Remote shards are listed by streaming each one once (the headers are walked, the payloads
     read past: the whole shard crosses the network), 16 at a time. On many ranks, or for a large
-    dataset, list once and hand the index over: ``pickle.dump(open_index(url), f)`` on one
-    machine, then ``build_loader(pickle.load(f), ...)`` on every rank."""
+    dataset, list once and hand the index over: ``open_index(url).save(path)`` on one machine,
+    then ``build_loader(url, index=path)`` (or ``SampleIndex.load(path)``) on every rank."""
     if isinstance(source, Layout):
         layout = source
     elif isinstance(source, (list, tuple)):
@@ -130,7 +232,10 @@ def open_index(source, fmt: str = "auto") -> SampleIndex:
             f"the loaders read image trees and tar shards, not {layout.fmt} files "
             "(feedbench scan reads those)"
         )
-    return _index_tree(layout) if layout.kind == "tree" else _index_shards(layout)
+    index = _index_tree(layout) if layout.kind == "tree" else _index_shards(layout)
+    if not isinstance(source, Layout):
+        index.listed = listed_as(source, fmt)
+    return index
 
 
 def _listed_shards(paths: list[str]) -> Layout:

@@ -35,3 +35,15 @@ def test_start_up_gets_its_own_allowance(clock):
     assert not dog.check([(0, 0)])  # importing, connecting: 65 s allowed before the first move
     clock[0] += 2
     assert dog.check([(0, 0)])
+
+
+def test_a_busy_process_is_not_silent(clock):
+    """Listing or building an index moves no counter: busy, it is no stall however long."""
+    dog = Watchdog(2, timeout_s=5, startup_s=0)
+    assert not dog.check([(0, 1), (0, 1)])
+    clock[0] += 100
+    assert not dog.check([(0, 1), (0, 1)], busy=[True, False])  # consumer 0 lists
+    clock[0] += 6
+    assert dog.check([(0, 1), (0, 1)], busy=[False, False])  # listed, then nothing for 6 s
+    (first, silent), _ = dog.silent()
+    assert first == 1 and silent == pytest.approx(106)

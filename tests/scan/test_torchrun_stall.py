@@ -55,6 +55,34 @@ def test_activity_names_the_file_a_blocked_read_waits_for(dataset, tmp_path):
     assert activity(None) == Activity(False, "starting")
 
 
+def test_loading_an_index_is_busy_work_not_a_stall(tmp_path):
+    """A rank loading (or listing, or indexing) is at work that moves no progress counter: the
+    watch says so and does not count it silent. (A FIFO with no writer: open() waits.)"""
+    from loaders.data import SampleIndex
+    from loaders.errors import LoaderError
+
+    fifo = str(tmp_path / "index.npz")
+    os.mkfifo(fifo)
+
+    def load() -> None:
+        with contextlib.suppress(LoaderError):
+            SampleIndex.load(fifo)
+
+    loading = threading.Thread(target=load, daemon=True)
+    loading.start()
+    try:
+        deadline = time.monotonic() + 10
+        seen = activity(sys._current_frames().get(loading.ident))
+        while not seen.busy and time.monotonic() < deadline:
+            time.sleep(0.05)
+            seen = activity(sys._current_frames().get(loading.ident))
+        assert seen == Activity(False, f"loading the index {fifo}", busy=True)
+    finally:
+        with open(fifo, "wb"):  # a writer: the load reads nothing, fails, ends
+            pass
+        loading.join(timeout=10)
+
+
 def test_activity_names_the_emulated_step():
     stepping = threading.Thread(target=Accelerator(1.0).step, daemon=True)
     stepping.start()
