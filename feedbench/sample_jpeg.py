@@ -195,8 +195,8 @@ class PoolJpeg:
     def variant(self, rng: np.random.Generator) -> bytes:
         """A copy with a random half of the flippable bits flipped (same length, same decode)."""
         out = np.frombuffer(self.data, np.uint8).copy()
-        coin = rng.integers(0, 2, len(self.flip_at), dtype=np.uint8)
-        out[self.flip_at] ^= self.flip_mask * coin
+        coin = np.frombuffer(rng.bytes(len(self.flip_at)), np.uint8)  # each bit: a fair coin
+        out[self.flip_at] ^= self.flip_mask & coin
         return out.tobytes()
 
 

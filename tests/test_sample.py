@@ -83,6 +83,22 @@ def test_every_copy_decodes_to_its_pool_image(copies):
         assert 0.2 < np.abs(pixels[0] - pixels[1]).mean() < 4.0
 
 
+def test_shards_are_what_tarfile_writes():
+    """Members are written in one piece from a header template: byte for byte tarfile's."""
+    from feedbench.sample import _tar_end, _tar_member
+
+    members = [(f"{i * 7919:06d}.{ext}", bytes([i]) * (i * 97)) for i in range(40)
+               for ext in ("jpg", "cls")]  # fmt: skip
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0, 0o644, "", ""
+            tar.addfile(info, io.BytesIO(data))
+    ours = b"".join(_tar_member(name, data) for name, data in members)
+    assert ours + _tar_end(len(ours)) == buf.getvalue()
+
+
 def test_parts_make_the_single_run(tmp_path):
     spec = SampleSpec(images=30, seed=2, classes=3, per_shard=4, pool=3)
     make_sample(tmp_path / "one", spec, jobs=1)
@@ -211,3 +227,19 @@ def test_cli_sample(cli, tmp_path):
     data = (tmp_path / "o/shards/shard-00000.tar").read_bytes()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert "000000.cls" in tar.getnames()
+
+
+@pytest.mark.parametrize("workload", ["unet3d", "cosmoflow"])
+def test_workload_files_differ_in_every_4k_block(tmp_path, workload):
+    """Payloads are windows of one random pool, stamped every 2 KiB: no block repeats even
+    where two samples' windows overlap."""
+    from feedbench.sample_workload import make_workload, payload
+
+    make_workload(tmp_path / "w", workload, 0.004, seed=4)
+    files = sorted((tmp_path / "w/data").iterdir())
+    blocks = [b for p in files for b in _blocks(p.read_bytes())]
+    assert len(blocks) > 500 and len(set(blocks)) == len(blocks)
+    a, b = payload(4, 7, 300_000), payload(4, 7, 300_000)
+    assert bytes(a) == bytes(b) and bytes(payload(4, 1, 300_000)) != bytes(a)
+    stamps = a[: 300_000 // 2048 * 2048].reshape(-1, 2048)[:, :8].copy().view("<u8").ravel()
+    assert stamps.tolist() == [(7 << 24) | k for k in range(300_000 // 2048)]

@@ -39,8 +39,9 @@ def sample(
     pool: Annotated[
         int | None,
         typer.Option(
-            help="Images rendered and encoded once (default 64, at least one per class); every "
-            "image written is a copy of one with its own bytes (same size, same decode work).",
+            help="Images rendered and encoded once (default: one per 256 images, up to 256; one "
+            "per class at least); every image written is a copy of one with its own bytes (same "
+            "size, same decode work).",
             show_default=False,
         ),
     ] = None,
@@ -64,13 +65,12 @@ def sample(
 ) -> None:
     """Make a deterministic ImageNet-like sample dataset (JPEG tree and/or WebDataset shards),
     or with --workload the data of an MLPerf-Storage-shaped workload (--list-workloads)."""
-    from feedbench.sample import POOL, SampleSpec, make_sample
+    from feedbench.sample import SampleSpec, make_sample
 
     if workload is not None or size is not None:
         _workload(out_dir, workload, size, seed)
         return
 
-    pool = POOL if pool is None else pool
     spec = SampleSpec(images, seed, classes, quality, per_shard, fmt, pool)
     k, m = _part(part)
     if jobs is None and "LOCAL_WORLD_SIZE" in os.environ:  # torchrun: the cores shared out
