@@ -174,12 +174,19 @@ def _pack(tab: Tables, cls, tid, sym, val, vlen, is_ac) -> tuple[np.ndarray, np.
     length = clen + vlen
     start = np.cumsum(length) - length
     total = int(length.sum())
-    owner = np.repeat(np.arange(len(word)), length)
-    shift = (length[owner] - 1 - (np.arange(total) - start[owner])).astype(np.uint64)
-    bits = ((word[owner] >> shift) & np.uint64(1)).astype(np.uint8)
-    bits = np.concatenate([bits, np.ones(-total % 8, np.uint8)])  # pad with 1s
+    # each word (<= 27 bits) placed in the 5 bytes from its first: words share bytes but never
+    # bits, so summing the bytes' parts (bincount) is OR-ing them
+    at = start >> 3
+    placed = word << (40 - (start & 7) - length).astype(np.uint64)
+    out = np.zeros((total + 7) // 8 + 5)
+    for k in range(5):
+        part = (placed >> np.uint64(32 - 8 * k)) & np.uint64(0xFF)
+        out += np.bincount(at + k, weights=part.astype(np.float64), minlength=len(out))
+    raw = out[: (total + 7) // 8].astype(np.uint8)
+    if total % 8:
+        raw[-1] |= (1 << (8 - total % 8)) - 1  # pad with 1s
     lsb = (start + length - 1)[is_ac & (vlen > 0)]
-    return np.packbits(bits), lsb
+    return raw, lsb
 
 
 @dataclass(frozen=True)
