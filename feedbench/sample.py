@@ -1,12 +1,12 @@
 """Deterministic, realistic sample datasets: ImageNet-like JPEGs, as a class tree and as tar shards.
 
-No downloads. A pool of images (one per 256 written, up to :data:`POOL`, and one per class at least)
-is rendered and encoded once; each written image is a copy of a pool image of its class with its own
-random half of the coefficient bits flipped (:mod:`feedbench.sample_jpeg`): the same length and
-decode work, different bytes every few bytes, so no storage can deduplicate or compress the dataset,
-and writing runs at disk speed. Pool image ``j`` is made from ``default_rng([seed, j])``, the choice
-of pool image from one seeded stream, image ``i``'s flips from ``default_rng([seed, i])``: the same
-seed gives byte-identical files whatever the number of jobs or parts.
+No downloads. A pool of images (one per 1,024 written, up to :data:`POOL`, and one per class at
+least) is rendered and encoded once; each written image is a copy of a pool image of its class with
+its own random half of the coefficient bits flipped (:mod:`feedbench.sample_jpeg`): the same length
+and decode work, different bytes every few bytes, so no storage can deduplicate or compress the
+dataset, and writing runs at disk speed. Pool image ``j`` is made from ``default_rng([seed, j])``,
+the choice of pool image from one seeded stream, image ``i``'s flips from ``default_rng([seed,
+i])``: the same seed gives byte-identical files whatever the number of jobs or parts.
 
 Content is photographic-like: a lit background gradient, 1/f ("pink") texture, a few textured
 objects with hard edges, and sensor grain, which makes JPEG sizes behave like photographs (≈ 100 KB
@@ -43,7 +43,7 @@ OLD_FORMATS = {"jpeg": "tree", "wds": "shards"}  # the names before 0.2, still r
 MANIFEST = "feedbench-sample.json"
 TREE_DIR, SHARD_DIR = SAMPLE_TREE, SAMPLE_SHARDS  # what a scan of the sample root finds
 POOL = 256  # at most this many images rendered and encoded by default
-POOL_SHARE = 256  # images written per pool image, below POOL: the pool is a fixed cost
+POOL_SHARE = 1024  # images written per pool image, below POOL: the pool is a fixed cost
 _TAR_TEMPLATE = tarfile.TarInfo("x").tobuf(tarfile.USTAR_FORMAT)  # name, size, chksum per member
 PICKS = 0x9E1C  # the pool-choice stream's key, apart from every image index's
 

@@ -39,7 +39,7 @@ def sample(
     pool: Annotated[
         int | None,
         typer.Option(
-            help="Images rendered and encoded once (default: one per 256 images, up to 256; one "
+            help="Images rendered and encoded once (default: one per 1,024 images, up to 256; one "
             "per class at least); every image written is a copy of one with its own bytes (same "
             "size, same decode work).",
             show_default=False,
