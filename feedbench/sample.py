@@ -327,8 +327,10 @@ def _wait(futures: list, done: Synchronized, total: int, progress: Progress | No
     pending = set(futures)
     while pending:
         finished, pending = wait(pending, timeout=0.25, return_when=FIRST_EXCEPTION)
-        for f in finished:
-            f.result()
+        if any(f.exception() is not None for f in finished):
+            for f in pending:  # a full disk: stop at once rather than fail every unit in turn
+                f.cancel()
+            next(f for f in finished if f.exception() is not None).result()
         if progress is not None:
             progress("write", int(done.value), total)
 

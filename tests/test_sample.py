@@ -243,3 +243,10 @@ def test_workload_files_differ_in_every_4k_block(tmp_path, workload):
     assert bytes(a) == bytes(b) and bytes(payload(4, 1, 300_000)) != bytes(a)
     stamps = a[: 300_000 // 2048 * 2048].reshape(-1, 2048)[:, :8].copy().view("<u8").ravel()
     assert stamps.tolist() == [(7 << 24) | k for k in range(300_000 // 2048)]
+
+
+def test_a_unit_failing_in_a_worker_is_one_line(tmp_path):
+    (tmp_path / "shards/shard-00001.tar").mkdir(parents=True)  # parts may share a folder
+    spec = SampleSpec(images=40, classes=2, per_shard=5, pool=2)
+    with pytest.raises(FeedbenchError, match=r"cannot write the sample to .*shard-00001\.tar: "):
+        make_sample(tmp_path, spec, jobs=2, part=(0, 2))
