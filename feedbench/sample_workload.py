@@ -1,13 +1,13 @@
 """Datasets shaped like an MLPerf Storage workload (:mod:`feedbench.core.workloads`): its
 format, samples per file and sample sizes with their spread, filling a size in GB.
 
-Deterministic: sample sizes come from ``numpy.random.default_rng([seed, SIZES])`` and sample
-``i``'s bytes from ``default_rng([seed, i])``, so a seed gives byte-identical files. Sizes are
-drawn from a lognormal with the workload's mean and standard deviation (positive, and skewed as
-real file sizes are: resnet50's spread exceeds its mean). Payloads are random bytes, which no
-storage layer can compress or deduplicate. Too small a ``size_gb`` for :data:`MIN_SAMPLES`
-samples of the real mean scales every sample down (the scale is recorded), so tests can write
-the same shape in a few MB.
+Deterministic: sample sizes come from ``numpy.random.default_rng([seed, SIZES])``, payload bytes
+from :func:`payload`, so a seed gives byte-identical files. Sizes are drawn from a lognormal with
+the workload's mean and standard deviation (positive, and skewed as real file sizes are:
+resnet50's spread exceeds its mean). Payloads are random bytes that no storage layer can compress
+or deduplicate, made at memory speed (:func:`payload`). Too small a ``size_gb`` for
+:data:`MIN_SAMPLES` samples of the real mean scales every sample down (the scale is recorded), so
+tests can write the same shape in a few MB.
 
 Written under ``OUT/data/``: ``unet3d`` as one ``.npz`` per sample (arrays ``x``, the payload
 as uint8, and ``y``, a label), ``resnet50`` and ``cosmoflow`` as ``.tfrecord`` files of framed
@@ -22,6 +22,7 @@ import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,9 @@ from feedbench.core.workloads import MIN_SAMPLES, Shape, get_shape
 from feedbench.version import __version__
 from loaders.data import tfrecord
 
+POOL_BYTES = 64 << 20  # random bytes generated once per process
+POOL_KEY = 0x7A11  # the pool stream's key, apart from every sample index's
+STAMP_EVERY = 2048  # any 4 KiB window holds one whole stamp
 MIN_FILES = 4  # small datasets still spread over this many files, so ranks share files
 SIZES = 0x5A3E  # the size stream's key, apart from every sample index's
 DATA_DIR = "data"
@@ -65,19 +69,53 @@ def sample_sizes(shape: Shape, size_gb: float, seed: int) -> tuple[np.ndarray, f
     return np.maximum(64, np.rint(drawn)).astype(np.int64), scale
 
 
-def payload(seed: int, index: int, nbytes: int) -> bytes:
-    return np.random.default_rng([seed, index]).bytes(int(nbytes))
+@cache
+def _random_pool(seed: int) -> np.ndarray:
+    return np.frombuffer(np.random.default_rng([seed, POOL_KEY]).bytes(POOL_BYTES), np.uint8)
 
 
-def _write_npz(path: Path, data: bytes, label: int) -> None:
+def payload(seed: int, index: int, nbytes: int) -> np.ndarray:
+    """Sample ``index``'s bytes: a window of a seeded random pool, at an offset of its own, with
+    a stamp (index, position) every :data:`STAMP_EVERY` bytes, so every 4 KiB of every sample
+    holds a stamp no other holds and no block-level deduplication finds two alike; the pool
+    repeats only every 64 MiB, beyond what per-record compression (ZFS, btrfs) looks at.
+    Generating random bytes per sample (``Generator.bytes``) ran at ~130 MB/s on the dev VM, a
+    copy of the pool at memory speed."""
+    pool = _random_pool(seed)
+    nbytes = int(nbytes)
+    start = (index * 0x9E3779B1) % POOL_BYTES
+    out = np.empty(nbytes, np.uint8)
+    at = 0
+    while at < nbytes:  # the pool from ``start``, wrapping round
+        take = min(nbytes - at, POOL_BYTES - start)
+        out[at : at + take] = pool[start : start + take]
+        at, start = at + take, 0
+    stamps = out[: nbytes // STAMP_EVERY * STAMP_EVERY].reshape(-1, STAMP_EVERY)
+    where = np.arange(len(stamps), dtype=np.uint64)
+    stamps[:, :8] = ((np.uint64(index) << np.uint64(24)) | where).view(np.uint8).reshape(-1, 8)
+    return out
+
+
+def _write_npz(path: Path, data: np.ndarray, label: int) -> None:
     """What ``numpy.savez`` writes (stored, uncompressed), but with a fixed member time: savez
-    stamps the current time into the zip, so its files differ from run to run."""
-    arrays = {"x": np.frombuffer(data, dtype=np.uint8), "y": np.int64(label)}
+    stamps the current time into the zip, so its files differ from run to run. The arrays go
+    to the file as they lie in memory (``write_array`` copies them, 16 MiB at a time, first)."""
+    arrays = {"x": data, "y": np.asarray(np.int64(label))}
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as zf:
         for name, array in arrays.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
             with zf.open(info, "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asanyarray(array), allow_pickle=False)
+                header = np.lib.format.header_data_from_array_1_0(array)
+                np.lib.format.write_array_header_1_0(f, header)
+                f.write(memoryview(array).cast("B"))
+
+
+def _write_record(f, data: np.ndarray) -> None:
+    """``tfrecord.frame(data)`` written in pieces, the payload without a copy."""
+    length = len(data).to_bytes(8, "little")
+    f.write(length + tfrecord.masked_crc(length).to_bytes(4, "little"))
+    f.write(data)
+    f.write(tfrecord.masked_crc(data).to_bytes(4, "little"))
 
 
 def make_workload(
@@ -128,7 +166,7 @@ def _write(folder: Path, shape: Shape, sizes: np.ndarray, per_file: int, seed: i
         else:
             with open(path, "wb") as f:
                 for i in range(first, last):
-                    f.write(tfrecord.frame(payload(seed, i, sizes[i])))
+                    _write_record(f, payload(seed, i, sizes[i]))
         if progress is not None:
             progress(int(sizes[first:last].sum()))
     return n_files

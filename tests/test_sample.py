@@ -22,7 +22,7 @@ def _digest(root: Path) -> dict[str, str]:
 
 
 def test_same_seed_is_byte_identical_whatever_the_jobs(tmp_path):
-    spec = SampleSpec(images=10, seed=3, classes=3, per_shard=4)
+    spec = SampleSpec(images=10, seed=3, classes=3, per_shard=4, pool=3)
     make_sample(tmp_path / "a", spec, jobs=1)
     make_sample(tmp_path / "b", spec, jobs=2)
     make_sample(tmp_path / "c", SampleSpec(images=10, seed=4, classes=3, per_shard=4), jobs=1)
@@ -32,6 +32,101 @@ def test_same_seed_is_byte_identical_whatever_the_jobs(tmp_path):
     assert not {v for k, v in a.items() if k.endswith(".jpg")} & {
         v for k, v in c.items() if k.endswith(".jpg")
     }
+
+
+def _blocks(data: bytes, size: int = 4096) -> list[bytes]:
+    return [data[i : i + size] for i in range(0, len(data) - size + 1, size)]
+
+
+def _members(shard: Path) -> dict[str, bytes]:
+    with tarfile.open(shard) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar if m.name.endswith(".jpg")}
+
+
+@pytest.fixture(scope="module")
+def copies(tmp_path_factory) -> Path:
+    """48 images made from a pool of 4 (12 copies of each): the path every large dataset takes."""
+    out = tmp_path_factory.mktemp("copies") / "s"
+    make_sample(out, SampleSpec(images=48, seed=5, classes=2, per_shard=12, pool=4), jobs=1)
+    return out
+
+
+def test_copies_differ_in_every_4k_block(copies):
+    """Every file is unique, and no 4 KiB-aligned block repeats among the tree's files nor among
+    the shards' (what block-level deduplication would find); tar's zero padding aside."""
+    tree = {p.name: p.read_bytes() for p in copies.glob("images/class_*/*.jpg")}
+    assert len(tree) == 48 and len(set(tree.values())) == 48
+    blocks = [b for data in tree.values() for b in _blocks(data)]
+    assert len(blocks) > 48 * 15 and len(set(blocks)) == len(blocks)
+    shards = sorted(copies.glob("shards/*.tar"))
+    members = {k: v for s in shards for k, v in _members(s).items()}
+    assert members == tree  # the shards hold the same images
+    zero = bytes(4096)
+    blocks = [b for s in shards for b in _blocks(s.read_bytes()) if b != zero]
+    assert len(set(blocks)) == len(blocks)
+    # 12 copies of each of 4 encodings: same length, same shape, different bytes
+    assert len({len(v) for v in tree.values()}) == 4
+
+
+def test_every_copy_decodes_to_its_pool_image(copies):
+    by_size: dict[int, list[np.ndarray]] = {}
+    for p in sorted(copies.glob("images/class_*/*.jpg")):
+        with Image.open(p) as im:
+            im.load()
+            assert im.format == "JPEG" and im.mode == "RGB"
+            px = np.asarray(im, dtype=np.float32)
+        assert nearest_class(px.reshape(-1, 3).mean(axis=0), 2) == int(p.parent.name[-3:])
+        by_size.setdefault(p.stat().st_size, []).append(px)
+    for pixels in by_size.values():
+        assert len({x.shape for x in pixels}) == 1
+        # one coefficient bit in every ~16 bytes changed: pixels close, never identical
+        assert 0.2 < np.abs(pixels[0] - pixels[1]).mean() < 4.0
+
+
+def test_shards_are_what_tarfile_writes():
+    """Members are written in one piece from a header template: byte for byte tarfile's."""
+    from feedbench.sample import _tar_end, _tar_member
+
+    members = [(f"{i * 7919:06d}.{ext}", bytes([i]) * (i * 97)) for i in range(40)
+               for ext in ("jpg", "cls")]  # fmt: skip
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode, info.uname, info.gname = len(data), 0, 0o644, "", ""
+            tar.addfile(info, io.BytesIO(data))
+    ours = b"".join(_tar_member(name, data) for name, data in members)
+    assert ours + _tar_end(len(ours)) == buf.getvalue()
+
+
+def test_parts_make_the_single_run(tmp_path):
+    spec = SampleSpec(images=30, seed=2, classes=3, per_shard=4, pool=3)
+    make_sample(tmp_path / "one", spec, jobs=1)
+    for k in range(3):  # three hosts sharing one folder, and three folders merged
+        make_sample(tmp_path / "shared", spec, jobs=2, part=(k, 3))
+        make_sample(tmp_path / f"host{k}", spec, jobs=1, part=(k, 3))
+    one = _digest(tmp_path / "one")
+    assert _digest(tmp_path / "shared") == one
+    hosts = [_digest(tmp_path / f"host{k}") for k in range(3)]
+    merged = {k: v for h in hosts for k, v in h.items()}
+    assert merged == one
+    assert sum(len(h) for h in hosts) == len(one)  # no file written twice
+    assert MANIFEST in hosts[0] and MANIFEST not in hosts[1]
+
+
+def test_cli_part_from_torchrun_env(cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    r = cli("sample", str(tmp_path / "o"), "-n", "8", "--classes", "2", "--per-shard", "2",
+            "--pool", "2", "--jobs", "1")  # fmt: skip
+    assert r.code == 0, r.err
+    assert r.out.startswith("part 1/2 of 8 images")
+    assert sorted(p.name for p in (tmp_path / "o/shards").iterdir()) == [
+        "shard-00002.tar",
+        "shard-00003.tar",
+    ]
+    r = cli("sample", str(tmp_path / "p"), "-n", "8", "--classes", "2", "--part", "2/2")
+    assert r.code == 2 and "--part 2/2: give K/M with 0 <= K < M" in r.err
 
 
 def test_layout_tree_and_shards(dataset):
@@ -132,3 +227,26 @@ def test_cli_sample(cli, tmp_path):
     data = (tmp_path / "o/shards/shard-00000.tar").read_bytes()
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         assert "000000.cls" in tar.getnames()
+
+
+@pytest.mark.parametrize("workload", ["unet3d", "cosmoflow"])
+def test_workload_files_differ_in_every_4k_block(tmp_path, workload):
+    """Payloads are windows of one random pool, stamped every 2 KiB: no block repeats even
+    where two samples' windows overlap."""
+    from feedbench.sample_workload import make_workload, payload
+
+    make_workload(tmp_path / "w", workload, 0.004, seed=4)
+    files = sorted((tmp_path / "w/data").iterdir())
+    blocks = [b for p in files for b in _blocks(p.read_bytes())]
+    assert len(blocks) > 500 and len(set(blocks)) == len(blocks)
+    a, b = payload(4, 7, 300_000), payload(4, 7, 300_000)
+    assert bytes(a) == bytes(b) and bytes(payload(4, 1, 300_000)) != bytes(a)
+    stamps = a[: 300_000 // 2048 * 2048].reshape(-1, 2048)[:, :8].copy().view("<u8").ravel()
+    assert stamps.tolist() == [(7 << 24) | k for k in range(300_000 // 2048)]
+
+
+def test_a_unit_failing_in_a_worker_is_one_line(tmp_path):
+    (tmp_path / "shards/shard-00001.tar").mkdir(parents=True)  # parts may share a folder
+    spec = SampleSpec(images=40, classes=2, per_shard=5, pool=2)
+    with pytest.raises(FeedbenchError, match=r"cannot write the sample to .*shard-00001\.tar: "):
+        make_sample(tmp_path, spec, jobs=2, part=(0, 2))

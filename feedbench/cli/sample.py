@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from feedbench.cli import options as o
 from feedbench.cli.app import app, err, out
@@ -28,6 +36,23 @@ def sample(
         int | None, typer.Option(help="Samples per tar shard (default: images/16, 1..1000).")
     ] = None,
     jobs: Annotated[int | None, typer.Option(help="Processes (default: all cores).")] = None,
+    pool: Annotated[
+        int | None,
+        typer.Option(
+            help="Images rendered and encoded once (default: one per 1,024 images, up to 256; one "
+            "per class at least); every image written is a copy of one with its own bytes (same "
+            "size, same decode work).",
+            show_default=False,
+        ),
+    ] = None,
+    part: Annotated[
+        str | None,
+        typer.Option(
+            metavar="K/M",
+            help="Write part K (0..M-1) of M: M hosts writing parts 0..M-1 of one --seed make "
+            "the files of one run. Default: RANK/WORLD_SIZE under torchrun, else 0/1.",
+        ),
+    ] = None,
     workload: o.Workload = None,
     size: Annotated[
         float | None,
@@ -46,25 +71,47 @@ def sample(
         _workload(out_dir, workload, size, seed)
         return
 
-    spec = SampleSpec(images, seed, classes, quality, per_shard, fmt)
+    spec = SampleSpec(images, seed, classes, quality, per_shard, fmt, pool)
+    k, m = _part(part)
+    if jobs is None and "LOCAL_WORLD_SIZE" in os.environ:  # torchrun: the cores shared out
+        jobs = max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"]))
     with Progress(
-        TextColumn("generating"),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
+        TimeElapsedColumn(),
         TimeRemainingColumn(),
         console=err,
         transient=True,
         disable=images < 200,
     ) as bar:
-        task = bar.add_task("sample", total=images)
-        summary = make_sample(out_dir, spec, jobs=jobs, progress=lambda n: bar.advance(task, n))
+        task = bar.add_task("encoding the pool", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            what = "encoding the pool" if stage == "pool" else "writing images"
+            if bar.tasks[0].description != what:
+                bar.reset(task, description=what)
+            bar.update(task, completed=done, total=total)
+
+        summary = make_sample(out_dir, spec, jobs=jobs, part=(k, m), progress=progress)
     where = ", ".join(x for x in (summary.tree_dir, summary.shard_dir) if x)
     out.print(
-        f"{summary.images:,} images in {summary.classes} classes → {where}"
+        (f"part {k}/{m} of " if m > 1 else "")
+        + f"{summary.images:,} images in {summary.classes} classes → {where}"
         + (f" ({summary.shards} shards)" if summary.shards else "")
         + f"; mean {summary.mean_jpeg_bytes / 1e3:.1f} KB, sides "
         f"{summary.min_side_px}–{summary.max_side_px} px"
     )
+
+
+def _part(text: str | None) -> tuple[int, int]:
+    """``--part K/M``, else torchrun's RANK/WORLD_SIZE, else the whole dataset."""
+    if text is None:
+        text = f"{os.environ.get('RANK', 0)}/{os.environ.get('WORLD_SIZE', 1)}"
+    k, _, m = text.partition("/")
+    if not (k.isdigit() and m.isdigit()) or not 0 <= int(k) < int(m):
+        raise FeedbenchError(f"--part {text}: give K/M with 0 <= K < M, e.g. --part 0/4")
+    return int(k), int(m)
 
 
 def _workload(out_dir: Path, workload: str | None, size_gb: float | None, seed: int) -> None:
