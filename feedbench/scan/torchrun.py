@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from feedbench.core.envelope import HostInfo
+from feedbench.core.envelope import HostInfo, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
-from feedbench.core.supervise import sigterm_as_interrupt
+from feedbench.core.supervise import Stop, sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
@@ -52,12 +52,14 @@ def run_under_torchrun(
             on_stalled(kept.result, error)
 
     # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
-    # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
-    # in a collective only sees it on its way back to Python; until then the results file holds
-    # every measurement finished so far (on_update).
+    # the measurement here, and rank 0 keeps what was measured (marked partial). A SIGTERM that
+    # comes first is the agent ending the job because a rank died. A rank blocked in a collective
+    # only sees it on its way back to Python; until then the results file holds every
+    # measurement finished so far (on_update), marked unfinished.
+    stop = Stop()
+    watch = RankWatch(d.rank, d.world_size, config.stall_timeout_s, stalled)
     try:
-        with sigterm_as_interrupt(), RankWatch(d.rank, d.world_size, config.stall_timeout_s,
-                                               stalled) as watch:  # fmt: skip
+        with sigterm_as_interrupt() as stop, watch:
             run_rank(
                 d.rank, d.world_size, d.local_rank, config, "env://", workers,
                 kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
@@ -66,13 +68,28 @@ def run_under_torchrun(
     except KeyboardInterrupt:
         if result is None:
             raise
-        result.partial = True
+        _stopped(result, stop.signal, len(result.measurements))
         # the agent signals again while it stops the ranks: let rank 0 finish writing
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if result is not None:
         kept.close()
     return result
+
+
+def _stopped(result: ScanResult, signal_name: str | None, done: int) -> None:
+    """Rank 0's result marked as ended early: by the user (SIGINT, SIGHUP) or by torchrun's
+    agent (SIGTERM first: a rank died, or the job itself was stopped)."""
+    result.partial = True
+    if signal_name == "SIGTERM":
+        result.stopped_by = "failed"
+        result.failure = (
+            f"stopped by torchrun (SIGTERM) after {done} measurements: a rank died or the job "
+            "was stopped; see torchrun's output for which"
+        )
+    else:
+        result.stopped_by = "interrupted"
+        result.failure = f"interrupted ({signal_name or 'SIGINT'}) after {done} measurements"
 
 
 class _Kept:
@@ -90,8 +107,8 @@ class _Kept:
         with self.lock:
             _absorb(self.result, [o])
             self.result.curve = curve(self.result.measurements)
-            if self.on_update:
-                self.on_update(self.result)
+            if self.on_update:  # the last write is the CLI's, with the finished result
+                self.on_update(unfinished(self.result))
 
     def hosts(self, per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, its ranks
         assert self.result is not None
@@ -110,7 +127,7 @@ class _Kept:
         failed = _in_flight(self.config, world, self.workers, len(r.measurements), message)
         _absorb(r, [failed])
         m = failed.measurement
-        r.partial = True
+        r.partial, r.stopped_by = True, "failed"
         r.failure = f"{world} consumer{'s' if world != 1 else ''}, {m.pass_name} pass: {message}"
         self.close()
         return MeasurementFailed(r.failure)
