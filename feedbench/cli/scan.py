@@ -281,7 +281,7 @@ def consumer(**options) -> None:
     options]``); rank 0 gathers, renders and writes the results."""
     from feedbench.core.supervise import leave_without_finalizing
     from feedbench.scan.factory import is_user_spec, run_exit_handlers
-    from feedbench.scan.torchrun import run_under_torchrun
+    from feedbench.scan.torchrun import RankLost, run_under_torchrun
 
     code = 0
     try:
@@ -302,6 +302,8 @@ def consumer(**options) -> None:
         if result is not None:
             write_outputs(result, target, plots, outputs)
             end(result, outputs, None)  # as for a local scan: written, then one line
+    except RankLost as e:  # rank 0 says it
+        code = e.code
     except FeedbenchError as e:
         error_line(e)
         code = e.code

@@ -61,8 +61,8 @@ class Stop:
     holding = False  # signals are noted, not raised
 
     def hold(self) -> None:
-        """From now on a signal is noted only: what follows (writing the results) is not cut
-        short."""
+        """From now on a signal is noted only, and ignored once the block is left: what follows
+        (writing the results, leaving) is not cut short."""
         self.holding = True
 
 
@@ -86,8 +86,8 @@ def sigterm_as_interrupt() -> Iterator[Stop]:
     try:
         yield stop
     finally:
-        for s, h in old.items():
-            signal.signal(s, h)
+        for s, h in old.items():  # held: the process is ending, writing what it has
+            signal.signal(s, signal.SIG_IGN if stop.holding else h)
 
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

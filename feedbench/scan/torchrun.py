@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
 
 from feedbench.core.envelope import HostInfo, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
-from feedbench.core.supervise import Stop, sigterm_as_interrupt
+from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
@@ -56,25 +55,53 @@ def run_under_torchrun(
     # comes first is the agent ending the job because a rank died. A rank blocked in a collective
     # only sees it on its way back to Python; until then the results file holds every
     # measurement finished so far (on_update), marked unfinished.
-    stop = Stop()
     watch = RankWatch(d.rank, d.world_size, config.stall_timeout_s, stalled)
-    try:
-        with sigterm_as_interrupt() as stop, watch:
-            run_rank(
-                d.rank, d.world_size, d.local_rank, config, "env://", workers,
-                kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
-                gather_hosts=True,
-            )  # fmt: skip
-    except KeyboardInterrupt:
-        if result is None:
-            raise
-        _stopped(result, stop.signal, len(result.measurements))
-        # the agent signals again while it stops the ranks: let rank 0 finish writing
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    with sigterm_as_interrupt() as stop:
+        try:
+            with watch:
+                run_rank(
+                    d.rank, d.world_size, d.local_rank, config, "env://", workers,
+                    kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
+                    gather_hosts=True,
+                )  # fmt: skip
+        except KeyboardInterrupt:
+            if result is None:
+                raise
+            _stopped(result, stop.signal, len(result.measurements))
+            stop.hold()  # the agent signals again while it stops the ranks: let rank 0 write
+        except RuntimeError as e:  # a collective whose peer is gone: a rank died
+            if not _peer_lost(e):
+                raise
+            stop.hold()
+            if result is None:  # rank 0 says it, once
+                raise RankLost(str(e)) from None
+            _lost(result, e, len(result.measurements))
     if result is not None:
         kept.close()
     return result
+
+
+class RankLost(MeasurementFailed):
+    """A rank other than 0 saw a peer leave the job; rank 0 tells it (exit 3)."""
+
+
+def _peer_lost(e: RuntimeError) -> bool:
+    """A collective failed because a peer's connection closed (it was killed or crashed)."""
+    import torch.distributed as tdist
+
+    text = str(e)
+    return isinstance(e, tdist.DistError) or "closed by peer" in text or "reset by peer" in text
+
+
+def _lost(result: ScanResult, e: RuntimeError, done: int) -> None:
+    """Rank 0's result marked failed: another rank left the job while this one waited for it."""
+    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    why = why.split("] ", 1)[-1].split(". ")[0]  # gloo's source location and advice: not ours
+    result.partial, result.stopped_by = True, "failed"
+    result.failure = (
+        f"a rank left the job (killed or crashed) after {done} measurements: {why}; "
+        "see torchrun's output for which"
+    )
 
 
 def _stopped(result: ScanResult, signal_name: str | None, done: int) -> None:

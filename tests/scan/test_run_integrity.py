@@ -1,0 +1,302 @@
+"""A run called complete only when it was: signals, a parent killed outright, a full disk.
+
+Real `feedbench scan` processes, real signals, a real full file system (a small tmpfs, mounted
+by the test: root only, else skipped)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from feedbench.core.supervise import in_groups
+from feedbench.scan import results as scan_results
+from tests.conftest import interruptible
+
+MARK = "FEEDBENCH_TEST_RUN"  # in every process of one run: found by it, orphaned or not
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_scan(data: Path, out: Path, *extra: str, mark: str | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "feedbench", "scan", str(data), "--stages", "read", "-b", "2",
+           "--workers", "1", "--json", str(out), "--no-plots", *extra]  # fmt: skip
+    env = dict(os.environ, **{MARK: mark or uuid.uuid4().hex})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env, start_new_session=True, preexec_fn=interruptible)  # fmt: skip
+
+
+def marked(mark: str) -> list[int]:
+    """The live processes whose environment carries ``MARK=mark`` (zombies are gone)."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    with open(f"/proc/{pid}/stat") as st:
+                        if st.read().rpartition(")")[2].split()[0] != "Z":
+                            found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def mark_of(proc: subprocess.Popen) -> str:
+    return psutil.Process(proc.pid).environ()[MARK]
+
+
+def wait_until(check, timeout_s: float, step_s: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(step_s)
+    return bool(check())
+
+
+def first_write(out: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
+    """Wait for the results file's first write (after the first consumer count)."""
+    assert wait_until(lambda: out.exists() or proc.poll() is not None, timeout_s)
+    assert out.exists(), proc.communicate()
+
+
+def gone_within(mark: str, timeout_s: float = 2.0) -> list[int]:
+    """The run's processes still alive ``timeout_s`` after now (none, when it ends them)."""
+    wait_until(lambda: not marked(mark), timeout_s)
+    left = marked(mark)
+    for pid in left:  # leave nothing behind for the next test, then report them
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+# --- signals --------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_and_sighup_stop_a_scan_as_ctrl_c_does(dataset, tmp_path, sig):
+    out = tmp_path / "r.json"
+    proc = start_scan(dataset / "images", out, "--consumers", "1,2", "--read-latency", "0.05",
+                      "--repeat", "2")  # fmt: skip
+    mark = mark_of(proc)
+    first_write(out, proc)
+    proc.send_signal(sig)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert f"interrupted ({sig.name}): partial results written" in stderr
+    assert "Traceback" not in stderr
+    r = scan_results.load(out)
+    assert r.partial and r.stopped_by == "interrupted" and r.failure
+    assert r.measurements[0].consumers == 1
+    assert gone_within(mark) == []
+
+
+@pytest.mark.slow
+def test_a_file_written_mid_run_says_unfinished_and_the_run_dies_with_its_parent(
+    dataset, tmp_path, cli
+):
+    """SIGKILL after the first of two counts: the file then on disk says partial (never
+    complete), ``report`` says so, and every process of the run is gone within 2 s."""
+    out = tmp_path / "r.json"
+    proc = start_scan(dataset / "images", out, "--consumers", "1,2", "--read-latency", "0.05",
+                      "--repeat", "3")  # fmt: skip
+    mark = mark_of(proc)
+    first_write(out, proc)
+    time.sleep(0.5)  # the second count's consumers and loader workers are reading
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert gone_within(mark) == []
+    r = scan_results.load(out)
+    assert r.partial and r.stopped_by == "unfinished"
+    assert r.failure and r.failure.startswith("unfinished")
+    assert {m.consumers for m in r.measurements} == {1}
+    shown = cli("report", str(out))
+    assert shown.code == 0 and "Partial results" in shown.out
+
+
+@pytest.mark.slow
+def test_a_torchrun_rank_killed_is_one_error_line_and_a_partial_file(dataset, tmp_path):
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "feedbench", "consumer", str(dataset / "images"), "--stages", "read",
+           "--workers", "0", "-b", "2", "--passes", "cold,warm", "--repeat", "3",
+           "--read-latency", "0.05", "--json", str(out), "--no-plots"]  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path, env=env, start_new_session=True)  # fmt: skip
+    first_write(out, proc)
+    (rank1,) = [p for p in psutil.Process(proc.pid).children()
+                if p.environ().get("RANK") == "1"]  # fmt: skip
+    rank1.kill()
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    (line,) = error_lines(stdout + stderr)
+    # rank 0 learns it from its collective, or from the agent's SIGTERM when that comes first
+    assert line.startswith(("error: a rank left the job (killed or crashed) after",
+                            "error: stopped by torchrun (SIGTERM) after")), line  # fmt: skip
+    assert "[rank0]: Traceback" not in stderr
+    r = scan_results.load(out)
+    assert r.partial and r.stopped_by == "failed" and r.failure == line.removeprefix("error: ")
+
+
+def check_results_file(out: Path, consumers: set[int], repeat: int) -> str:
+    """What the results file left by a stopped run is: absent, partial (and valid), or complete
+    (and valid: every planned measurement in it). Anything else fails the test."""
+    if not out.exists():
+        return "absent"
+    r = scan_results.load(out)  # a valid results file, or FeedbenchError
+    if r.partial:
+        assert r.stopped_by in ("interrupted", "unfinished", "failed") and r.failure, r
+        return "partial"
+    assert r.stopped_by is None and r.failure is None
+    assert sorted(m.consumers for m in r.measurements) == sorted(consumers) * repeat
+    return "complete"
+
+
+@pytest.mark.slow
+def test_killed_at_random_leaves_no_process_and_an_honest_file(dataset, tmp_path):
+    """20 runs, each sent SIGINT, SIGTERM or SIGKILL at a random (seeded) time, five at a time:
+    2 s after the run's process has gone no process of it is left (none carrying its mark, none
+    in its process group), and its results file is absent, partial or complete, and says which."""
+    rng = random.Random(25)
+    plans = [(rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGKILL]), rng.uniform(0.2, 6.0))
+             for _ in range(20)]  # fmt: skip
+    seen: list[str] = []
+    for batch in range(0, len(plans), 5):
+        runs = []
+        for i, (sig, at_s) in enumerate(plans[batch : batch + 5], start=batch):
+            out, mark = tmp_path / f"r{i}.json", uuid.uuid4().hex
+            proc = start_scan(dataset / "images", out, "--consumers", "1,2", mark=mark)
+            runs.append((proc, mark, sig, time.monotonic() + at_s, out))
+        for proc, _, sig, at, _ in sorted(runs, key=lambda run: run[3]):
+            time.sleep(max(0.0, at - time.monotonic()))
+            if proc.poll() is None:
+                proc.send_signal(sig)
+        for proc, mark, sig, _, out in runs:
+            _, stderr = proc.communicate(timeout=60)
+            assert gone_within(mark) == [], (sig.name, stderr)
+            assert in_groups([proc.pid]) == []
+            seen.append(check_results_file(out, {1, 2}, 1))
+    assert len(seen) == 20
+
+
+# --- a full disk ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """A real file system of ``size`` bytes (tmpfs): ``small_fs("40k")`` mounts one, unmounted at
+    teardown. Needs root (CAP_SYS_ADMIN): skipped without."""
+    mounted: list[Path] = []
+
+    def mount(size: str) -> Path:
+        where = tmp_path / f"fs{len(mounted)}"
+        where.mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                              capture_output=True, text=True)  # fmt: skip
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def fill(where: Path) -> None:
+    """Fill the file system at ``where`` to its last byte."""
+    fd = os.open(where / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        for size in (65536, 4096, 512, 1):  # down to the last byte
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * size):
+                    pass
+    finally:
+        os.close(fd)
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+
+
+@pytest.mark.slow
+def test_results_that_fit_are_kept_when_the_plots_do_not(dataset, small_fs):
+    """40 KB: the results file fits (twice, for its atomic rewrite), the first plot not."""
+    where = small_fs("40k")
+    out = where / "r.json"
+    cmd = [sys.executable, "-m", "feedbench", "scan", str(dataset / "images"), "--stages", "read",
+           "-b", "4", "--workers", "0", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = error_lines(done.stderr)
+    assert "measured, not all written" in line and "No space left on device" in line
+    assert "r-scaling.png" in line
+    r = scan_results.load(out)  # complete: the one output that fitted
+    assert not r.partial and r.stopped_by is None and len(r.measurements) == 1
+    assert sorted(p.name for p in where.iterdir()) == ["r.json"]  # no half-written plot
+    assert "samples/s" in done.stdout  # the measurement shown
+
+
+@pytest.mark.slow
+def test_a_full_disk_mid_scan_says_measured_not_written(dataset, small_fs):
+    """No byte free: the scan still measures every count and shows it; one error line, exit 4
+    (not 2, which says nothing was measured)."""
+    where = small_fs("64k")
+    fill(where)
+    out = where / "r.json"
+    cmd = [sys.executable, "-m", "feedbench", "scan", str(dataset / "images"), "--stages", "read",
+           "-b", "4", "--workers", "0", "--consumers", "1,2", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = error_lines(done.stderr)
+    assert f"cannot write results to {out}: No space left on device" in line
+    assert not out.exists()
+    assert done.stdout.count("consumers") >= 1 and "results:" not in done.stdout
+
+
+@pytest.fixture(scope="module")
+def a_scan(tmp_path_factory, dataset) -> Path:
+    """A real scan's results file (1 consumer, the read stage)."""
+    out = tmp_path_factory.mktemp("scan") / "s.json"
+    cmd = [sys.executable, "-m", "feedbench", "scan", str(dataset / "images"), "--stages", "read",
+           "-b", "4", "--workers", "0", "--no-plots", "--json", str(out)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@pytest.mark.parametrize("fmt", ["html", "md", "csv"])
+def test_report_pages_on_a_full_disk(a_scan, small_fs, cli, fmt):
+    where = small_fs("16k")
+    fill(where)
+    page = where / f"page.{fmt}"
+    run = cli("report", str(a_scan), f"--{fmt}", str(page))
+    assert run.code == 4, run.err
+    (line,) = error_lines(run.err)
+    assert f"cannot write {page}: No space left on device" in line
+    assert not page.exists() and [p.name for p in where.iterdir()] == ["filler"]
+
+
+def test_a_comparison_on_a_full_disk(a_scan, small_fs, cli):
+    where = small_fs("16k")
+    fill(where)
+    run = cli("compare", str(a_scan), str(a_scan), "-L", "a", "-L", "b", "--json",
+              str(where / "c.json"))  # fmt: skip
+    assert run.code == 4, run.err
+    (line,) = error_lines(run.err)
+    assert "No space left on device" in line
