@@ -27,12 +27,25 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def start_scan(data: Path, out: Path, *extra: str, mark: str | None = None) -> subprocess.Popen:
+    """The scan, its output to ``out`` + ".log" (a file: a pipe would be held open by processes
+    it leaves behind, and reading it to its end would wait for them)."""
     cmd = [sys.executable, "-m", "feedbench", "scan", str(data), "--stages", "read", "-b", "2",
            "--workers", "1", "--json", str(out), "--no-plots", *extra]  # fmt: skip
     env = dict(os.environ, **{MARK: mark or uuid.uuid4().hex})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True, preexec_fn=interruptible)  # fmt: skip
+    with open(log_of(out), "w") as log:
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True, preexec_fn=interruptible)  # fmt: skip
+
+
+def log_of(out: Path) -> Path:
+    return out.with_name(out.name + ".log")
+
+
+def ended(proc: subprocess.Popen, out: Path, timeout_s: float = 60) -> str:
+    """Wait for the scan's own process (not for what it may have left running); its output."""
+    proc.wait(timeout=timeout_s)
+    return log_of(out).read_text()
 
 
 def marked(mark: str) -> list[int]:
@@ -48,6 +61,16 @@ def marked(mark: str) -> list[int]:
                             found.append(pid)
         except OSError:
             continue
+    return found
+
+
+def consumers(mark: str, scan_pid: int) -> list[int]:
+    """The run's consumer processes: each leads a process group of its own."""
+    found = []
+    for pid in marked(mark):
+        with contextlib.suppress(OSError):
+            if pid != scan_pid and os.getpgid(pid) == pid:
+                found.append(pid)
     return found
 
 
@@ -67,17 +90,24 @@ def wait_until(check, timeout_s: float, step_s: float = 0.05) -> bool:
 def first_write(out: Path, proc: subprocess.Popen, timeout_s: float = 120) -> None:
     """Wait for the results file's first write (after the first consumer count)."""
     assert wait_until(lambda: out.exists() or proc.poll() is not None, timeout_s)
-    assert out.exists(), proc.communicate()
+    log = log_of(out)
+    assert out.exists(), log.read_text() if log.exists() else f"exit {proc.poll()}"
 
 
-def gone_within(mark: str, timeout_s: float = 2.0) -> list[int]:
-    """The run's processes still alive ``timeout_s`` after now (none, when it ends them)."""
-    wait_until(lambda: not marked(mark), timeout_s)
-    left = marked(mark)
-    for pid in left:  # leave nothing behind for the next test, then report them
+def gone_within(mark: str, scan_pid: int, timeout_s: float = 2.0) -> list[int]:
+    """The run's processes still alive ``timeout_s`` after now (none, when it ends them): those
+    carrying its mark and those in its process group (the scan leads one: a process that is
+    exiting no longer shows its environment, but is still in its group)."""
+
+    def left() -> list[int]:
+        return sorted(set(marked(mark)) | {p.pid for p in in_groups([scan_pid])})
+
+    wait_until(lambda: not left(), timeout_s)
+    still = left()
+    for pid in still:  # leave nothing behind for the next test, then report them
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-    return left
+    return still
 
 
 # --- signals --------------------------------------------------------------------------------------
@@ -92,14 +122,14 @@ def test_sigterm_and_sighup_stop_a_scan_as_ctrl_c_does(dataset, tmp_path, sig):
     mark = mark_of(proc)
     first_write(out, proc)
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
+    stderr = ended(proc, out)
     assert proc.returncode == 130, stderr
     assert f"interrupted ({sig.name}): partial results written" in stderr
     assert "Traceback" not in stderr
     r = scan_results.load(out)
     assert r.partial and r.stopped_by == "interrupted" and r.failure
     assert r.measurements[0].consumers == 1
-    assert gone_within(mark) == []
+    assert gone_within(mark, proc.pid) == []
 
 
 @pytest.mark.slow
@@ -109,14 +139,17 @@ def test_a_file_written_mid_run_says_unfinished_and_the_run_dies_with_its_parent
     """SIGKILL after the first of two counts: the file then on disk says partial (never
     complete), ``report`` says so, and every process of the run is gone within 2 s."""
     out = tmp_path / "r.json"
-    proc = start_scan(dataset / "images", out, "--consumers", "1,2", "--read-latency", "0.05",
+    proc = start_scan(dataset / "images", out, "--consumers", "1,2", "--read-latency", "0.1",
                       "--repeat", "3")  # fmt: skip
     mark = mark_of(proc)
     first_write(out, proc)
-    time.sleep(0.5)  # the second count's consumers and loader workers are reading
+    # the second count's two consumers are reading (each leads a process group of its own);
+    # orphaned, they would read on for seconds
+    assert wait_until(lambda: len(consumers(mark, proc.pid)) == 2, 60)
+    time.sleep(0.3)
     proc.kill()
-    proc.communicate(timeout=30)
-    assert gone_within(mark) == []
+    proc.wait(timeout=30)
+    assert gone_within(mark, proc.pid) == []
     r = scan_results.load(out)
     assert r.partial and r.stopped_by == "unfinished"
     assert r.failure and r.failure.startswith("unfinished")
@@ -165,31 +198,60 @@ def check_results_file(out: Path, consumers: set[int], repeat: int) -> str:
     return "complete"
 
 
+class Run:
+    """One scan to be stopped by ``sig`` a random delay after it reached ``phase``: "start",
+    "consumers" (its consumer processes are up) or "written" (its results file's first write).
+    A phase, not a fixed time, so that every state is reached whatever the machine's load."""
+
+    def __init__(self, data: Path, out: Path, sig: signal.Signals, phase: str, delay_s: float):
+        self.out, self.sig, self.phase, self.delay_s = out, sig, phase, delay_s
+        self.mark = uuid.uuid4().hex
+        # reads slowed: a consumer orphaned mid-count would read on for seconds
+        self.proc = start_scan(data, out, "--consumers", "1,2", "--repeat", "2",
+                               "--read-latency", "0.1", mark=self.mark)  # fmt: skip
+        self.fire_at: float | None = None
+        self.sent = False
+
+    def reached(self) -> bool:
+        if self.phase == "consumers":
+            return bool(consumers(self.mark, self.proc.pid))
+        return self.phase == "start" or self.out.exists()
+
+    def step(self) -> bool:
+        """Signal it when due; True once it was signalled or has ended by itself."""
+        if self.sent or self.proc.poll() is not None:
+            return True
+        if self.fire_at is None:
+            with contextlib.suppress(OSError):  # a process gone while looked at
+                if self.reached():
+                    self.fire_at = time.monotonic() + self.delay_s
+        if self.fire_at is not None and time.monotonic() >= self.fire_at:
+            self.proc.send_signal(self.sig)
+            self.sent = True
+        return self.sent
+
+
 @pytest.mark.slow
 def test_killed_at_random_leaves_no_process_and_an_honest_file(dataset, tmp_path):
-    """20 runs, each sent SIGINT, SIGTERM or SIGKILL at a random (seeded) time, five at a time:
+    """20 runs, each sent SIGINT, SIGTERM or SIGKILL at a random (seeded) moment, five at a time:
     2 s after the run's process has gone no process of it is left (none carrying its mark, none
     in its process group), and its results file is absent, partial or complete, and says which."""
     rng = random.Random(25)
-    plans = [(rng.choice([signal.SIGINT, signal.SIGTERM, signal.SIGKILL]), rng.uniform(0.2, 6.0))
-             for _ in range(20)]  # fmt: skip
+    signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
+    plans = [(rng.choice(signals), rng.choice(["start", "consumers", "written"]),
+              rng.uniform(0.0, 1.5)) for _ in range(20)]  # fmt: skip
     seen: list[str] = []
     for batch in range(0, len(plans), 5):
-        runs = []
-        for i, (sig, at_s) in enumerate(plans[batch : batch + 5], start=batch):
-            out, mark = tmp_path / f"r{i}.json", uuid.uuid4().hex
-            proc = start_scan(dataset / "images", out, "--consumers", "1,2", mark=mark)
-            runs.append((proc, mark, sig, time.monotonic() + at_s, out))
-        for proc, _, sig, at, _ in sorted(runs, key=lambda run: run[3]):
-            time.sleep(max(0.0, at - time.monotonic()))
-            if proc.poll() is None:
-                proc.send_signal(sig)
-        for proc, mark, sig, _, out in runs:
-            _, stderr = proc.communicate(timeout=60)
-            assert gone_within(mark) == [], (sig.name, stderr)
-            assert in_groups([proc.pid]) == []
-            seen.append(check_results_file(out, {1, 2}, 1))
-    assert len(seen) == 20
+        runs = [Run(dataset / "images", tmp_path / f"r{i}.json", *plan)
+                for i, plan in enumerate(plans[batch : batch + 5], start=batch)]  # fmt: skip
+        deadline = time.monotonic() + 180
+        while not all([run.step() for run in runs]) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for run in runs:
+            stderr = ended(run.proc, run.out)
+            assert gone_within(run.mark, run.proc.pid) == [], (run.sig.name, run.phase, stderr)
+            seen.append(check_results_file(run.out, {1, 2}, 2))
+    assert len(seen) == 20 and "partial" in seen  # some stopped mid-run, at least
 
 
 # --- a full disk ----------------------------------------------------------------------------------
