@@ -6,13 +6,14 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
-from feedbench.core.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError, NotWritten
 from feedbench.version import __version__
 
 app = typer.Typer(
@@ -23,6 +24,7 @@ app = typer.Typer(
 )
 out = Console()
 err = Console(stderr=True)
+T = TypeVar("T")
 LOG_WIDTH = 10_000  # no line here is longer: a file's lines hold what they hold, unbroken
 
 
@@ -74,6 +76,46 @@ def results_path(given: Path | None, command: str) -> Path:
     if target.is_dir():
         raise FeedbenchError(f"cannot write results to {target}: it is a directory")
     return target
+
+
+class Outputs:
+    """The files a command writes, each one tried: one that cannot be written (a full disk) is
+    noted and the others still written; :meth:`check` then ends the command with one ``error:``
+    line and exit 4 (measured, not all written)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target  # the results file
+        self.failed: dict[str, str] = {}  # what → why
+        self.warned = False
+
+    def update(self, result: Any) -> None:
+        """The results file rewritten mid-run; when it cannot be, measuring goes on (it is tried
+        again at the end) and the user is told once."""
+        from feedbench.core.envelope import save
+
+        try:
+            save(result, self.target)
+        except NotWritten as e:
+            if not self.warned:
+                err.print(f"warning: {e}; measuring goes on", markup=False, highlight=False)
+                self.warned = True
+
+    def write(self, what: str, writer: Callable[..., T], *args: Any) -> T | None:
+        """``writer(*args)``, or None when it could not write (``what`` noted)."""
+        try:
+            return writer(*args)
+        except NotWritten as e:
+            self.failed[what] = str(e)
+        except OSError as e:  # a plot: matplotlib's own write
+            self.failed[what] = f"cannot write {e.filename or what}: {e.strerror or e}"
+        return None
+
+    def check(self, state: str | None = None) -> None:
+        """Raise :class:`NotWritten` when something was not written; ``state``: how the run
+        itself ended, when not complete (said in the same line)."""
+        if self.failed:
+            also = f" (and the run {state})" if state else ""
+            raise NotWritten(f"measured, not all written{also}: " + "; ".join(self.failed.values()))
 
 
 def error_line(e: FeedbenchError) -> None:

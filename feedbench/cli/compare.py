@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from feedbench.cli import options as o
-from feedbench.cli.app import app, out, results_path
+from feedbench.cli.app import Outputs, app, out, results_path
 
 Results = Annotated[
     list[Path],
@@ -56,15 +56,18 @@ def compare(
     cmp = scrub(cmp_mod.compare([str(p) for p in results], label, which, prices))
     render_compare(cmp, out)
     target = results_path(json_out, "compare")
-    cmp_mod.save(cmp, target)
-    out.print(f"results: {target}")
+    outputs = Outputs(target)
+    outputs.write("results", cmp_mod.save, cmp, target)
+    if "results" not in outputs.failed:
+        out.print(f"results: {target}")
     png = plot or (target.parent / f"{target.stem}-scaling.png" if plots else None)
     if png is not None:
         from feedbench.report.compare_plots import compare_plot  # matplotlib: only to draw
 
-        written = compare_plot(cmp, png)
+        written = outputs.write("plots", compare_plot, cmp, png)
         if written:
             out.print(f"plots: {written}")
+    outputs.check()
 
 
 def _check_prediction(results: list[Path], kinds: list[str], label, which: str, json_out) -> None:

@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 from feedbench.cli import options as o
-from feedbench.cli.app import app, default_data, err, error_line, out, results_path
+from feedbench.cli.app import Outputs, app, default_data, err, error_line, out, results_path
 from feedbench.core.errors import EXIT_INTERRUPTED, FeedbenchError
 
 Stages = Annotated[
@@ -139,28 +139,47 @@ def scan(
     --workload takes the format, batch size, read threads (--workers), step time and AU
     threshold of that workload on --accelerator from the workload table (--list-workloads);
     each flag given overrides its part."""
-    from feedbench.core.envelope import save
-    from feedbench.scan.run import outcome
+    from feedbench.core.supervise import sigterm_as_interrupt
     from feedbench.scan.run import scan as run_scan
 
     config = scan_config(locals())
     target = results_path(json_out, "scan")
     progress = _Progress(config.passes)
-    try:
-        result = run_scan(
-            config,
-            on_update=lambda r: save(r, target),
-            on_count=progress.count,
-            on_progress=progress.advance,
-        )
-    finally:
-        progress.stop()
-    write_outputs(result, target, plots)
+    outputs = Outputs(target)
+    # Ctrl-C, SIGTERM and SIGHUP alike: the measurement stops, its processes end, what was
+    # measured is written (partial) and the exit status says interrupted
+    with sigterm_as_interrupt() as stop:
+        try:
+            result = run_scan(
+                config,
+                on_update=outputs.update,
+                on_count=progress.count,
+                on_progress=progress.advance,
+            )
+        except KeyboardInterrupt:  # before the first measurement ended, or after the last
+            progress.stop()
+            kept = f"{target} holds what was written" if target.exists() else "nothing written"
+            err.print(f"interrupted ({stop.signal or 'SIGINT'}): {kept}")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        finally:
+            progress.stop()
+        stop.hold()  # a signal now would only cut the writing short
+        write_outputs(result, target, plots, outputs)
+    end(result, outputs, stop.signal)
+
+
+def end(result, outputs: Outputs, signal_name: str | None) -> None:
+    """The exit status of a written scan: not all written (4), bad data (2), a failed
+    measurement (3), interrupted (130), else success."""
+    from feedbench.scan.run import outcome
+
+    outputs.check(result.stopped_by)
     problem = outcome(result)
     if problem:
         raise problem
-    if result.partial:
-        err.print("interrupted: partial results written")
+    if result.stopped_by == "interrupted":
+        by = f" ({signal_name})" if signal_name else ""
+        err.print(f"interrupted{by}: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)
 
 
@@ -236,18 +255,21 @@ def scan_config(options: dict):
     return apply_workload(ScanConfig(**kw), target_au_given=given_au)
 
 
-def write_outputs(result, target: Path, plots: bool) -> None:
+def write_outputs(result, target: Path, plots: bool, outputs: Outputs) -> None:
+    """The results file, the terminal's tables and the plots: each that fits is written (see
+    :class:`Outputs`)."""
     from feedbench.core.envelope import save
     from feedbench.core.redact import scrub
     from feedbench.report.scan_console import render_scan
     from feedbench.report.scan_plots import write_all
 
-    save(result, target)
+    outputs.write("results", save, result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
     render_scan(result, out)
-    out.print(f"results: {target}")
+    if "results" not in outputs.failed:
+        out.print(f"results: {target}")
     if plots and result.measurements:
-        written = write_all(result, target.parent, target.stem)
+        written = outputs.write("plots", write_all, result, target.parent, target.stem)
         if written:
             out.print("plots: " + ", ".join(str(p) for p in written))
 
@@ -257,11 +279,9 @@ def write_outputs(result, target: Path, plots: bool) -> None:
 def consumer(**options) -> None:
     """One consumer rank under torchrun (``torchrun ... -m feedbench consumer PATH [scan
     options]``); rank 0 gathers, renders and writes the results."""
-    from feedbench.core.envelope import save
     from feedbench.core.supervise import leave_without_finalizing
     from feedbench.scan.factory import is_user_spec, run_exit_handlers
-    from feedbench.scan.run import outcome
-    from feedbench.scan.torchrun import run_under_torchrun
+    from feedbench.scan.torchrun import RankLost, run_under_torchrun
 
     code = 0
     try:
@@ -271,24 +291,24 @@ def consumer(**options) -> None:
         config = scan_config(options)
         target = results_path(options.get("json_out"), "scan")
         plots = options.get("plots", True)
+        outputs = Outputs(target)
 
         def stalled(result, error: FeedbenchError) -> None:  # on the stall watch's thread
             if result is not None:
-                write_outputs(result, target, plots)
+                write_outputs(result, target, plots, outputs)
             error_line(error)
 
-        result = run_under_torchrun(config, on_update=lambda r: save(r, target), on_stalled=stalled)
+        result = run_under_torchrun(config, on_update=outputs.update, on_stalled=stalled)
         if result is not None:
-            write_outputs(result, target, plots)
-            problem = outcome(result)  # as for a local scan: written, then one line
-            if problem:
-                raise problem
-            if result.partial:
-                err.print("interrupted: partial results written")
-                code = EXIT_INTERRUPTED
+            write_outputs(result, target, plots, outputs)
+            end(result, outputs, None)  # as for a local scan: written, then one line
+    except RankLost as e:  # rank 0 says it
+        code = e.code
     except FeedbenchError as e:
         error_line(e)
         code = e.code
+    except typer.Exit as e:  # interrupted, said by end()
+        code = e.exit_code
     except KeyboardInterrupt:  # a rank other than 0, or rank 0 before it had a result
         code = EXIT_INTERRUPTED
     if is_user_spec(options.get("loader")):

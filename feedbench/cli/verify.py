@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from feedbench.cli import options as o
-from feedbench.cli.app import app, default_data, err, out, results_path
+from feedbench.cli.app import Outputs, app, default_data, err, out, results_path
 from feedbench.core.errors import EXIT_INTERRUPTED, MeasurementFailed
 
 if TYPE_CHECKING:
@@ -126,9 +126,10 @@ def verify(
     warm-up steps default to 20 (CPU: 5)."""
     config = verify_config(locals())
     target = results_path(json_out, "verify")
-    result = run_with_status(config, target)
-    write_outputs(result, target, plots)
-    finish(result, target)
+    outputs = Outputs(target)
+    result = run_with_status(config, outputs)
+    write_outputs(result, target, plots, outputs)
+    finish(result, target, outputs)
 
 
 def verify_config(options: dict) -> VerifyConfig:
@@ -165,12 +166,12 @@ def verify_config(options: dict) -> VerifyConfig:
     )
 
 
-def run_with_status(config: VerifyConfig, target: Path) -> VerifyResult:
+def run_with_status(config: VerifyConfig, outputs: Outputs) -> VerifyResult:
     """Plan and run every job, the current step on one status line; the results file is
     rewritten after each run, so a verify that dies keeps the runs it finished."""
-    from feedbench.core.envelope import save
     from feedbench.verify.run import verify as run_verify
 
+    target = outputs.target
     status = err.status("planning…")
 
     def on_run(name: str, g: int, i: int, total: int) -> None:
@@ -180,32 +181,35 @@ def run_with_status(config: VerifyConfig, target: Path) -> VerifyResult:
         return run_verify(
             config,
             log_dir=str(target.parent / f"{target.stem}-logs"),
-            on_update=lambda r: save(r, target),
+            on_update=outputs.update,
             on_run=on_run,
         )
 
 
-def write_outputs(result: VerifyResult, target: Path, plots: bool) -> None:
+def write_outputs(result: VerifyResult, target: Path, plots: bool, outputs: Outputs) -> None:
     from feedbench.core.envelope import save
     from feedbench.core.redact import scrub
     from feedbench.report.verify_console import render_verify
 
-    save(result, target)
+    outputs.write("results", save, result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
     render_verify(result, out)
-    out.print(f"results: {target}")
+    if "results" not in outputs.failed:
+        out.print(f"results: {target}")
     if plots and result.runs:
         from feedbench.report.verify_plots import write_plots  # matplotlib: only when drawing
 
-        written = write_plots(result, target.parent, target.stem)
+        written = outputs.write("plots", write_plots, result, target.parent, target.stem)
         if written:
             out.print("plots: " + ", ".join(str(p) for p in written))
 
 
-def finish(result: VerifyResult, target: Path) -> None:
-    """The exit status: interrupted, a failed run (a measurement failure), or success."""
+def finish(result: VerifyResult, target: Path, outputs: Outputs) -> None:
+    """The exit status: not all written, interrupted, a failed run (a measurement failure), or
+    success."""
     from feedbench.verify.run import failure
 
+    outputs.check(result.stopped_by)
     if result.stopped_by == "interrupted":
         err.print("interrupted: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)

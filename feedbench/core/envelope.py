@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from feedbench.core.errors import FeedbenchError
+from feedbench.core.errors import FeedbenchError, NotWritten
 from feedbench.core.files import write_atomic
 from feedbench.core.system import SystemUnderTest
 from feedbench.version import __version__
@@ -163,7 +163,10 @@ class Envelope:
     host: HostInfo | None = None
     system: SystemUnderTest | None = None  # where the data's bytes come from
     warnings: list[str] = field(default_factory=list)
-    partial: bool = False
+    partial: bool = False  # the run did not do all it planned (see stopped_by)
+    # None: complete; "interrupted" (a signal), "failed", or "unfinished": written mid-run, the
+    # run had not ended then (a file that stays so: the run was killed, or its disk filled)
+    stopped_by: str | None = None
     schema_version: int = SCHEMA_VERSION
     tool_version: str = __version__
 
@@ -181,6 +184,18 @@ def envelope(kind: str, config: dict[str, Any], data: str | None = None) -> dict
         "host": HostInfo.current(),
         "system": describe(data) if data is not None else None,
     }
+
+
+def unfinished(result: Any) -> Any:
+    """A copy of ``result`` for a write made while the run goes on: it says partial and
+    unfinished until the run's last write replaces it (so a run killed meanwhile leaves a file
+    that says so)."""
+    if result.partial:
+        return result
+    marks: dict[str, Any] = {"partial": True, "stopped_by": "unfinished"}
+    if hasattr(result, "failure"):
+        marks["failure"] = "unfinished: the run had not ended when this file was written"
+    return dataclasses.replace(result, **marks)
 
 
 def redact_command(argv: list[str]) -> list[str]:
@@ -237,7 +252,7 @@ def save(result: Any, path: str | os.PathLike[str]) -> None:
     try:
         write_atomic(path, json.dumps(scrub(to_dict(result)), indent=2) + "\n")
     except OSError as e:
-        raise FeedbenchError(f"cannot write results to {path}: {e.strerror or e}") from e
+        raise NotWritten(f"cannot write results to {path}: {e.strerror or e}") from e
 
 
 def read(path: str | os.PathLike[str]) -> dict[str, Any]:

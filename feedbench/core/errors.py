@@ -3,7 +3,8 @@
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # a bad argument or unusable data: one `error:` line, nothing measured
 EXIT_FAILED = 3  # a measurement failed (storage stalled or died, a rank died): results written
-EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM: partial results written
+EXIT_NOT_WRITTEN = 4  # measured, but an output could not be written (a full disk): the rest kept
+EXIT_INTERRUPTED = 130  # Ctrl-C, SIGTERM or SIGHUP: partial results written
 
 
 class FeedbenchError(Exception):
@@ -25,3 +26,10 @@ class MeasurementFailed(FeedbenchError):
     """The run was valid but a measurement could not be completed (exit 3)."""
 
     code = EXIT_FAILED
+
+
+class NotWritten(FeedbenchError):
+    """An output (results file, plot, page) could not be written: a full disk, a read-only
+    folder (exit 4; what fitted is kept)."""
+
+    code = EXIT_NOT_WRITTEN

@@ -16,7 +16,8 @@ def _file_mode() -> int:
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
     """Write ``data`` to ``path`` via a temp file in the same folder and a rename; the file gets
-    the mode the umask gives a new file."""
+    the mode the umask gives a new file. An OSError (a full disk) names ``path``; the temp file is
+    gone and ``path`` as it was."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -27,7 +28,9 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
             os.fchmod(f.fileno(), _file_mode())
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename is None:  # write(): no name of its own
+            raise OSError(e.errno, e.strerror, str(target)) from e
         raise

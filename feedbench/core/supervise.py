@@ -3,14 +3,15 @@
 Every process feedbench starts by exec carries ``JOB_TAG`` in its environment (inherited by
 torchrun's ranks and their loader workers), and every consumer forked by scan leads a process group
 of its own (its loader workers join it), so that a job's processes are found and ended even when
-orphaned;
-Ctrl-C and SIGTERM both end a measurement with its results kept; a worker process whose work is
-handed over leaves without the interpreter's teardown.
+orphaned; and each dies with its parent when that is killed outright (SIGKILL: no chance to end
+them). Ctrl-C, SIGTERM and SIGHUP end a measurement with its results kept; a worker process
+whose work is handed over leaves without the interpreter's teardown.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -50,21 +51,83 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # each ends a run as Ctrl-C does
+
+
+class Stop:
+    """Which signal stopped the run (its name, once one came): :func:`sigterm_as_interrupt`."""
+
+    signal: str | None = None
+    holding = False  # signals are noted, not raised
+
+    def hold(self) -> None:
+        """From now on a signal is noted only, and ignored once the block is left: what follows
+        (writing the results, leaving) is not cut short."""
+        self.holding = True
+
+
 @contextlib.contextmanager
-def sigterm_as_interrupt():
-    """SIGTERM to this process does what Ctrl-C does (stop the job, keep the results)."""
+def sigterm_as_interrupt() -> Iterator[Stop]:
+    """SIGTERM and SIGHUP (a closed terminal, a batch system's stop) do what Ctrl-C does: stop
+    the job, keep the results. The first of them raises KeyboardInterrupt; later ones are noted
+    and ignored, so the stop itself (ending the processes, writing the part) is not cut short."""
+    stop = Stop()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield stop
         return
 
     def handler(signum, frame):
-        raise KeyboardInterrupt
+        if stop.signal is None:
+            stop.signal = signal.Signals(signum).name
+            if not stop.holding:
+                raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, handler)
+    old = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
     try:
-        yield
+        yield stop
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for s, h in old.items():  # held: the process is ending, writing what it has
+            signal.signal(s, signal.SIG_IGN if stop.holding else h)
+
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """SIGKILL this process when the thread that started it ends (its parent killed outright);
+    exit at once if ``parent_pid`` is gone already (it died before the request took effect).
+    Linux only: elsewhere the parent's own ending of its children is all there is."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:
+        os._exit(128 + signal.SIGKILL)
+
+
+_forker: dict[str, object] = {}  # the forking process and thread, seen by the child
+
+
+def _before_fork() -> None:
+    _forker["pid"] = os.getpid()
+    _forker["main"] = threading.current_thread() is threading.main_thread()
+
+
+def _after_fork_in_child() -> None:
+    # the signal comes when the forking THREAD ends: a child forked by a passing thread would
+    # die with that thread, so only children of the main thread get it
+    if _forker.get("main"):
+        die_with_parent(int(_forker["pid"]))  # type: ignore[call-overload]
+
+
+def children_die_with_parent() -> None:
+    """Every process this one forks from now on (loader workers) dies with it
+    (:func:`die_with_parent`). Once per process."""
+    if not _forker:
+        _forker["pid"] = os.getpid()
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 @contextlib.contextmanager

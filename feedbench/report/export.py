@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from feedbench.core.errors import FeedbenchError
+from feedbench.core.errors import NotWritten
 from feedbench.core.files import write_atomic
 from feedbench.report import csv_export, markdown
 from feedbench.report import html as html_page
@@ -42,4 +42,4 @@ def _write(path: str | os.PathLike[str], text: str) -> None:
     try:
         write_atomic(path, text.encode("utf-8"))
     except OSError as e:
-        raise FeedbenchError(f"cannot write {path}: {e.strerror or e}") from e
+        raise NotWritten(f"cannot write {path}: {e.strerror or e}") from e

@@ -20,12 +20,15 @@ from typing import Any
 
 import psutil
 
-from feedbench.core.envelope import DatasetInfo, envelope
+from feedbench.core.envelope import DatasetInfo, envelope, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.listing import skipped_files, skipped_warning
 from feedbench.core.supervise import (
     Interrupted,
     Watchdog,
+    children_die_with_parent,
+    die_with_parent,
+    environ,
     free_port,
     job_tag,
     leave_without_finalizing,
@@ -34,6 +37,7 @@ from feedbench.core.supervise import (
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_exit_handlers
+from feedbench.scan.forkserver import SERVER_PARENT_ENV
 from feedbench.scan.opening import SCAN_PID_ENV, check_direct, open_source
 from feedbench.scan.results import Measurement, RankOutcome, ScanResult
 from feedbench.scan.sizing import assess, disturbed, find_max_result, short_count
@@ -55,6 +59,10 @@ def _spawned(
     phases: Any,
     env: dict[str, str],
 ) -> None:
+    # the scan killed outright (SIGKILL) ends its fork server, and so this consumer and its
+    # loader workers: nothing goes on reading for a parent that is gone
+    die_with_parent(int(env[SCAN_PID_ENV]))
+    children_die_with_parent()
     os.setpgid(0, 0)  # a group of its own, its loader workers' too: reaped by it, even orphaned
     os.environ.clear()  # forked from the server, which started before the parent's last settings
     os.environ.update(env)
@@ -126,8 +134,11 @@ def start_consumer_server() -> None:
     process lists and prepares the data. Idempotent."""
     from multiprocessing import forkserver
 
-    forkserver.set_forkserver_preload([__name__, "feedbench.scan.rank"])  # torch, the consumer
-    forkserver.ensure_running()
+    # first: the server dies with this process; then torch and the consumer
+    preload = ["feedbench.scan.forkserver", __name__, "feedbench.scan.rank"]
+    forkserver.set_forkserver_preload(preload)
+    with environ(SERVER_PARENT_ENV, str(os.getpid())):
+        forkserver.ensure_running()
 
 
 def run_count(
@@ -384,7 +395,8 @@ def scan(
 ) -> ScanResult:
     """Measure every consumer count (and search for the maximum when asked).
 
-    ``on_update`` gets the result after every count (for saving); ``on_count(n, workers, bytes)``
+    ``on_update`` gets the result after every count (for saving: marked partial and unfinished
+    until the last call, the finished result); ``on_count(n, workers, bytes)``
     is told when a count starts and ``on_progress(bytes)`` as it goes. Ctrl-C returns the
     result so far, marked partial; so does a failure (a consumer died, the storage stalled, most
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
@@ -425,8 +437,8 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             raise
         _absorb(result, outcomes)
         result.curve = curve(result.measurements)
-        if on_update:
-            on_update(result)
+        if on_update:  # a write the run goes on after: it says so until the last one
+            on_update(unfinished(result))
         failed = next((m for m in result.measurements[-len(outcomes) :] if m.failed), None)
         if failed is not None:  # a server that died: the next counts would only fail too
             raise _CountFailed(
@@ -447,10 +459,11 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             limit = config.max_consumers or max_consumers_default(cores)
             found = find_max(measure, limit=limit, known=done)
             result.config["find_max_result"] = find_max_result(result, found, limit)
-    except Interrupted:
-        pass
+    except (Interrupted, KeyboardInterrupt):  # Ctrl-C, or SIGTERM / SIGHUP as the CLI maps them
+        result.partial, result.stopped_by = True, "interrupted"
+        result.failure = f"interrupted after {len(result.measurements)} measurements"
     except _CountFailed as e:  # results written, the failure marked; the caller exits non-zero
-        result.partial, result.failure = True, str(e)
+        result.partial, result.failure, result.stopped_by = True, str(e), "failed"
     result.curve = curve(result.measurements)
     _finish(result, config)
     if on_update:
@@ -509,11 +522,11 @@ def _finish(result: ScanResult, config: ScanConfig) -> None:
 def outcome(result: ScanResult) -> FeedbenchError | None:
     """How a finished scan must end, as the error to raise: bad data (nothing could be read from
     the start, exit 2) or a failed measurement (exit 3); None when it completed (or was
-    interrupted)."""
+    interrupted: ``stopped_by``)."""
     problem = unusable(result)
     if problem:
         return FeedbenchError(problem)
-    if result.failure:
+    if result.failure and result.stopped_by != "interrupted":
         return MeasurementFailed(result.failure)
     return None
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable
 
-from feedbench.core.envelope import HostInfo
+from feedbench.core.envelope import HostInfo, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
@@ -64,24 +63,31 @@ def _run(config: ScanConfig, d, on_update, on_stalled) -> ScanResult | None:
             on_stalled(kept.result, error)
 
     # Ctrl-C reaches every rank (SIGINT) and torchrun's agent then stops them (SIGTERM): both end
-    # the measurement here, and rank 0 keeps what was measured (marked partial). A rank blocked
-    # in a collective only sees it on its way back to Python; until then the results file holds
-    # every measurement finished so far (on_update).
-    try:
-        with sigterm_as_interrupt(), RankWatch(d.rank, d.world_size, config.stall_timeout_s,
-                                               stalled) as watch:  # fmt: skip
-            run_rank(
-                d.rank, d.world_size, d.local_rank, config, "env://", workers,
-                kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
-                gather_hosts=True,
-            )  # fmt: skip
-    except KeyboardInterrupt:
-        if result is None:
-            raise
-        result.partial = True
-        # the agent signals again while it stops the ranks: let rank 0 finish writing
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # the measurement here, and rank 0 keeps what was measured (marked partial). A SIGTERM that
+    # comes first is the agent ending the job because a rank died. A rank blocked in a collective
+    # only sees it on its way back to Python; until then the results file holds every
+    # measurement finished so far (on_update), marked unfinished.
+    watch = RankWatch(d.rank, d.world_size, config.stall_timeout_s, stalled)
+    with sigterm_as_interrupt() as stop:
+        try:
+            with watch:
+                run_rank(
+                    d.rank, d.world_size, d.local_rank, config, "env://", workers,
+                    kept.keep if d.rank == 0 else None, progress=watch.beat, on_hosts=kept.hosts,
+                    gather_hosts=True,
+                )  # fmt: skip
+        except KeyboardInterrupt:
+            if result is None:
+                raise
+            _stopped(result, stop.signal, len(result.measurements))
+            stop.hold()  # the agent signals again while it stops the ranks: let rank 0 write
+        except RuntimeError as e:  # a collective whose peer is gone: a rank died
+            if not _peer_lost(e):
+                raise
+            stop.hold()
+            if result is None:  # rank 0 says it, once
+                raise RankLost(str(e)) from None
+            _lost(result, e, len(result.measurements))
     if result is not None:
         kept.close()
     return result
@@ -105,6 +111,43 @@ def _validate_once(config: ScanConfig, local_rank: int):
                             error=FeedbenchError)  # fmt: skip
     return made if made is not None else validate(config)  # (loads rank 0's listing)
 
+class RankLost(MeasurementFailed):
+    """A rank other than 0 saw a peer leave the job; rank 0 tells it (exit 3)."""
+
+
+def _peer_lost(e: RuntimeError) -> bool:
+    """A collective failed because a peer's connection closed (it was killed or crashed)."""
+    import torch.distributed as tdist
+
+    text = str(e)
+    return isinstance(e, tdist.DistError) or "closed by peer" in text or "reset by peer" in text
+
+
+def _lost(result: ScanResult, e: RuntimeError, done: int) -> None:
+    """Rank 0's result marked failed: another rank left the job while this one waited for it."""
+    why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    why = why.split("] ", 1)[-1].split(". ")[0]  # gloo's source location and advice: not ours
+    result.partial, result.stopped_by = True, "failed"
+    result.failure = (
+        f"a rank left the job (killed or crashed) after {done} measurements: {why}; "
+        "see torchrun's output for which"
+    )
+
+
+def _stopped(result: ScanResult, signal_name: str | None, done: int) -> None:
+    """Rank 0's result marked as ended early: by the user (SIGINT, SIGHUP) or by torchrun's
+    agent (SIGTERM first: a rank died, or the job itself was stopped)."""
+    result.partial = True
+    if signal_name == "SIGTERM":
+        result.stopped_by = "failed"
+        result.failure = (
+            f"stopped by torchrun (SIGTERM) after {done} measurements: a rank died or the job "
+            "was stopped; see torchrun's output for which"
+        )
+    else:
+        result.stopped_by = "interrupted"
+        result.failure = f"interrupted ({signal_name or 'SIGINT'}) after {done} measurements"
+
 
 class _Kept:
     """Rank 0's result as the measurements come (``result`` None on the other ranks); ``lock``:
@@ -121,8 +164,8 @@ class _Kept:
         with self.lock:
             _absorb(self.result, [o])
             self.result.curve = curve(self.result.measurements)
-            if self.on_update:
-                self.on_update(self.result)
+            if self.on_update:  # the last write is the CLI's, with the finished result
+                self.on_update(unfinished(self.result))
 
     def hosts(self, per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, its ranks
         assert self.result is not None
@@ -141,7 +184,7 @@ class _Kept:
         failed = _in_flight(self.config, world, self.workers, len(r.measurements), message)
         _absorb(r, [failed])
         m = failed.measurement
-        r.partial = True
+        r.partial, r.stopped_by = True, "failed"
         r.failure = f"{world} consumer{'s' if world != 1 else ''}, {m.pass_name} pass: {message}"
         self.close()
         return MeasurementFailed(r.failure)

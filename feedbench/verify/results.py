@@ -175,7 +175,6 @@ class VerifyResult(Envelope):
     runs: list[VerifyRun] = field(default_factory=list)
     verdicts: list[LoaderVerdict] = field(default_factory=list)
     summary: str | None = None
-    stopped_by: str | None = None  # "failed" / "interrupted" when the verify did not finish
 
 
 def columns(parts: tuple[str, ...] = PARTS) -> tuple[str, ...]:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from feedbench.core.envelope import unfinished
 from feedbench.core.monitor import Monitor
 from feedbench.core.redact import scrub_file
 from feedbench.core.supervise import Interrupted, sigterm_as_interrupt
@@ -172,8 +173,9 @@ def verify(
                     if not config.keep_going:
                         result.stopped_by = "failed"
                 compare(result)
-                if on_update:
-                    on_update(result)
+                if on_update:  # the last write is the finished result; those before say so
+                    last = result.stopped_by or i == len(jobs) - 1
+                    on_update(result if last else unfinished(result))
                 if result.stopped_by:
                     return result
     except Interrupted as e:

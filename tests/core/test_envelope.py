@@ -1,4 +1,4 @@
-"""What every results file says about the host that wrote it."""
+"""What every results file says about the host that wrote it, and about itself (finished?)."""
 
 from __future__ import annotations
 
@@ -26,3 +26,19 @@ def test_host_info_names_torch_s_build_without_importing_torch():
         assert gpus == [] and not imported
     else:
         assert gpus == [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def test_a_write_made_mid_run_says_partial_and_unfinished(tmp_path):
+    from feedbench.core import envelope
+    from feedbench.core.envelope import DatasetInfo
+    from feedbench.scan import results as scan_results
+    from feedbench.scan.results import ScanResult
+
+    r = ScanResult(kind="scan", created_utc="2026-12-03T07:00:00+00:00", command=["feedbench"],
+                   config={}, dataset=DatasetInfo("/d", "tree", 1, 1, 1))  # fmt: skip
+    envelope.save(envelope.unfinished(r), tmp_path / "r.json")
+    back = scan_results.load(tmp_path / "r.json")
+    assert back.partial and back.stopped_by == "unfinished" and back.failure.startswith("unfin")
+    assert not r.partial and r.stopped_by is None and r.failure is None  # the run's own: as was
+    r.partial, r.stopped_by, r.failure = True, "failed", "the storage stalled"
+    assert envelope.unfinished(r) is r  # already says why it is partial

@@ -1,7 +1,16 @@
-"""The stall watchdog's rule, on a clock the test controls."""
+"""The stall watchdog's rule, on a clock the test controls; signals and parent death, with real
+processes."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
 import pytest
 
 from feedbench.core import supervise
@@ -47,3 +56,76 @@ def test_a_busy_process_is_not_silent(clock):
     assert dog.check([(0, 1), (0, 1)], busy=[False, False])  # listed, then nothing for 6 s
     (first, silent), _ = dog.silent()
     assert first == 1 and silent == pytest.approx(106)
+
+# --- signals and parent death: real processes -----------------------------------------------------
+
+PARENT = """
+import os, sys, threading, time
+from feedbench.core.supervise import children_die_with_parent
+children_die_with_parent()
+
+def child():
+    time.sleep(60)
+    os._exit(0)
+
+by_main = os.fork() or child()
+box = []
+passing = threading.Thread(target=lambda: box.append(os.fork() or child()))
+passing.start()
+passing.join()  # the thread that forked it has ended
+print(by_main, box[0], flush=True)
+time.sleep(60)
+"""
+
+
+def _run(code: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, **kw)  # fmt: skip
+
+
+def test_children_die_with_a_parent_killed_outright():
+    parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
+    by_main, by_thread = map(int, parent.stdout.readline().split())
+    try:
+        time.sleep(0.3)
+        # the death signal follows the forking THREAD: one forked by a passing thread is left
+        # without it, or it would have died with that thread
+        assert psutil.pid_exists(by_thread) and psutil.pid_exists(by_main)
+        parent.kill()
+        parent.wait()
+        gone, _ = psutil.wait_procs([psutil.Process(by_main)], timeout=2)
+        assert [p.pid for p in gone] == [by_main]
+    finally:
+        for pid in (by_main, by_thread):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_child_whose_parent_is_already_gone_leaves():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    done = _run(f"from feedbench.core.supervise import die_with_parent\n"
+                f"die_with_parent({dead.pid})\nprint('still here')")  # fmt: skip
+    assert done.returncode == 128 + signal.SIGKILL and "still here" not in done.stdout
+
+
+def test_sigterm_and_sighup_stop_as_ctrl_c_does_once_then_are_held():
+    code = """
+import os, signal, time
+from feedbench.core.supervise import sigterm_as_interrupt
+with sigterm_as_interrupt() as stop:
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(5)
+    except KeyboardInterrupt:
+        print("stopped by", stop.signal)
+    os.kill(os.getpid(), signal.SIGTERM)  # while stopping: noted, not raised
+    time.sleep(0.1)
+    stop.hold()
+os.kill(os.getpid(), signal.SIGTERM)  # held: ignored after the block too
+time.sleep(0.1)
+print("written")
+"""
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["stopped by SIGHUP", "written"]
