@@ -111,6 +111,7 @@ def _validate_once(config: ScanConfig, local_rank: int):
                             error=FeedbenchError)  # fmt: skip
     return made if made is not None else validate(config)  # (loads rank 0's listing)
 
+
 class RankLost(MeasurementFailed):
     """A rank other than 0 saw a peer leave the job; rank 0 tells it (exit 3)."""
 

@@ -57,6 +57,7 @@ def test_a_busy_process_is_not_silent(clock):
     (first, silent), _ = dog.silent()
     assert first == 1 and silent == pytest.approx(106)
 
+
 # --- signals and parent death: real processes -----------------------------------------------------
 
 PARENT = """
