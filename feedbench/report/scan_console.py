@@ -163,15 +163,29 @@ def _stage_table(m: Measurement, console: Console) -> None:
         )
     table.add_section()
     end_to_end = any(s.name.startswith("loader:") for s in m.stages)
+    # the measurement's rates: over the window every consumer shared, as the curve and the
+    # headline give them (the whole pass where there was none)
+    common = m.window_s is not None and m.steady_samples_per_s is not None
+    rate = m.steady_samples_per_s if common else m.samples_per_s
+    mb = m.steady_mb_per_s if common and m.steady_mb_per_s is not None else m.mb_per_s
     table.add_row(
         "[bold]pipeline[/]",
         "",
-        f"[bold]{fmt_rate(m.samples_per_s)}[/] total",
-        f"{m.mb_per_s:,.1f} total" + (" (storage)" if end_to_end else ""),
-        fmt_s(m.wall_s),
+        f"[bold]{fmt_rate(rate)}[/] total",
+        f"{mb:,.1f} total" + (" (storage)" if end_to_end else ""),
+        f"{fmt_s(m.window_s)} window" if common else f"{fmt_s(m.wall_s)} pass",
         "",
     )
     console.print(table)
+    console.print(
+        f"  whole pass: {fmt_rate(m.samples_per_s)} samples/s over {fmt_s(m.wall_s)}"
+        + (
+            f"; window all {m.consumers} consumers measured in: {fmt_s(m.window_s)} "
+            f"({m.window_overlap:.0%} of their own), {m.window_samples:,} samples"
+            if common and m.window_overlap is not None and m.window_samples is not None
+            else ""
+        )
+    )
     console.print(
         f"  {m.samples:,} samples in {m.batches} batches, "
         + (
@@ -181,8 +195,7 @@ def _stage_table(m: Measurement, console: Console) -> None:
             else f"{m.files:,} files ({fmt_rate(m.files_per_s)} files/s), "
             f"{fmt_bytes(m.read_bytes)} read; first batch "
         )
-        + f"{fmt_s(m.first_batch_s)} (slowest consumer), then {fmt_rate(m.steady_samples_per_s)} "
-        f"samples/s steady; errors skipped: {m.errors}"
+        + f"{fmt_s(m.first_batch_s)} (slowest consumer); errors skipped: {m.errors}"
     )
 
 

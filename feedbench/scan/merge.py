@@ -7,11 +7,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from feedbench.core.stats import Percentiles, percentiles
-from feedbench.scan.results import Measurement, StageStats
+from feedbench.scan.results import ConsumerStats, Measurement, StageStats
+
+MARKS = "window_marks"  # the raw key of a consumer's steady-window items (not a stage)
 
 
 class Clock:
@@ -95,20 +98,69 @@ def merge_stages(
     return out
 
 
+@dataclass
+class Window:
+    """The window every consumer was measuring in (the latest start of their steady windows to
+    the earliest end) and what they delivered inside it, all consumers together."""
+
+    start: float
+    length_s: float
+    samples: int
+    read_bytes: int
+    files: int
+    overlap: float  # length ÷ the mean of the consumers' own windows
+
+
+def common_window(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) -> Window | None:
+    """The common window of ``stats`` (consumers), counting each one's ``marks`` (rows:
+    delivered at, samples, bytes, files; by rank) inside it; fills each consumer's
+    ``common_batches`` and ``common_samples``. None when a consumer had no window, or the
+    windows do not overlap."""
+    spans = [(s.window_start, s.window_end) for s in stats]
+    if not stats or any(a is None or b is None for a, b in spans):
+        return None
+    start = max(a for a, _ in spans)
+    end = min(b for _, b in spans)
+    if end <= start:
+        for s in stats:
+            s.common_batches, s.common_samples = 0, 0
+        return None
+    total = np.zeros(3)
+    for s in stats:
+        rows = marks.get(s.rank, np.zeros((0, 4)))
+        inside = rows[(rows[:, 0] > start) & (rows[:, 0] <= end)]
+        total += inside[:, 1:].sum(axis=0)
+        s.common_batches = int(np.count_nonzero(inside[:, 1]))
+        s.common_samples = int(inside[:, 1].sum())
+    mean_own = float(np.mean([b - a for a, b in spans]))
+    n, nbytes, nfiles = (int(x) for x in total)
+    return Window(start, end - start, n, nbytes, nfiles, (end - start) / mean_own)
+
+
+def pass_span(stats: Sequence[ConsumerStats]) -> float:
+    """The whole pass: the first consumer's start to the last one's end (the longest
+    consumer's own time where the starts were not recorded)."""
+    starts = [s.started_at for s in stats]
+    if any(t is None for t in starts):
+        return max(s.wall_s for s in stats)
+    ends = [s.started_at + s.wall_s for s in stats if s.started_at is not None]
+    return max(ends) - min(t for t in starts if t is not None)
+
+
 def build_measurement(gathered, world, workers, pass_name, repeat, state, timeline) -> Measurement:
-    """One measurement from every consumer's ``(stats, errors, raw latencies)``, as gathered."""
+    """One measurement from every consumer's ``(stats, errors, raw latencies)``, as gathered.
+    Its steady rates are over the consumers' common window (:func:`common_window`)."""
     stats = sorted((s for s, _, _ in gathered), key=lambda s: s.rank)
     pooled = {
         name: np.concatenate([raw[name] for _, _, raw in gathered if name in raw])
-        for name in {n for _, _, raw in gathered for n in raw}
+        for name in {n for _, _, raw in gathered for n in raw if n != MARKS}
     }
-    wall = max(s.wall_s for s in stats)
+    marks = {s.rank: raw.get(MARKS, np.zeros((0, 4))) for s, _, raw in gathered}
+    w = common_window(stats, marks)
+    wall = pass_span(stats)
     samples = sum(s.samples for s in stats)
     read_bytes = sum(s.read_bytes for s in stats)
     files = sum(s.files for s in stats)
-    steady = [s.steady_samples_per_s for s in stats]
-    windows = [s.steady_s for s in stats]
-    windowed = all(w for w in windows)
     aus = [s.au for s in stats if s.au is not None]
     firsts = [s.first_batch_s for s in stats if s.first_batch_s is not None]
     return Measurement(
@@ -124,13 +176,16 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         wall_s=wall,
         first_batch_s=max(firsts) if firsts else None,
         samples_per_s=samples / wall if wall > 0 else 0.0,
-        steady_samples_per_s=float(sum(steady)) if all(x is not None for x in steady) else None,
+        steady_samples_per_s=w.samples / w.length_s if w else None,
         mb_per_s=read_bytes / wall / 1e6 if wall > 0 else 0.0,
         files_per_s=files / wall if wall > 0 else 0.0,
-        steady_mb_per_s=sum(s.steady_read_bytes / s.steady_s for s in stats) / 1e6
-        if windowed
-        else None,
-        steady_files_per_s=sum(s.steady_files / s.steady_s for s in stats) if windowed else None,
+        steady_mb_per_s=w.read_bytes / w.length_s / 1e6 if w else None,
+        steady_files_per_s=w.files / w.length_s if w else None,
+        window_s=w.length_s if w else None,
+        window_samples=w.samples if w else None,
+        window_read_bytes=w.read_bytes if w else None,
+        window_files=w.files if w else None,
+        window_overlap=w.overlap if w else (0.0 if stats else None),
         stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,

@@ -72,6 +72,13 @@ class ConsumerStats:
     steady_samples: int = 0
     steady_read_bytes: int = 0  # bytes read in the window (failed samples' too)
     steady_files: int = 0
+    # that window in seconds since the epoch, and what of it fell inside the window every
+    # consumer of the measurement shared (Measurement.window_s); None in older files
+    window_start: float | None = None
+    window_end: float | None = None
+    started_at: float | None = None  # the pass's start (the clock's), seconds since the epoch
+    common_batches: int | None = None
+    common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
     loader_batches: int | None = None
@@ -90,10 +97,12 @@ class Measurement:
     read_bytes: int  # bytes actually read from storage, all consumers
     errors: int
     batches: int
-    wall_s: float  # common start (barrier) to the last consumer's end
+    wall_s: float  # the first consumer's start to the last one's end (older: the longest own)
     first_batch_s: float | None  # slowest consumer's first batch
     samples_per_s: float  # samples / wall_s
-    steady_samples_per_s: float | None  # after warm-up batches, summed over consumers
+    # samples in the common window (every consumer measuring: the latest consumer's window
+    # start to the earliest end) / its length; older files: the sum of per-consumer rates
+    steady_samples_per_s: float | None
     mb_per_s: float
     files_per_s: float
     stages: list[StageStats]  # summed over consumers and workers
@@ -104,9 +113,17 @@ class Measurement:
     monitor: Timeline | None = None
     partial: bool = False
     failed: str | None = None  # why this measurement is no rate: stalled, most samples failed
-    # over the same steady windows as steady_samples_per_s (summed over consumers)
+    # over the same common window as steady_samples_per_s
     steady_mb_per_s: float | None = None
     steady_files_per_s: float | None = None
+    # the common window: its length (None: the consumers' windows did not overlap, or a
+    # consumer had none), what every consumer delivered inside it, and its length ÷ the mean
+    # of the consumers' own windows (small: the rates describe little of the run)
+    window_s: float | None = None
+    window_samples: int | None = None
+    window_read_bytes: int | None = None
+    window_files: int | None = None
+    window_overlap: float | None = None
 
 
 @dataclass

@@ -26,6 +26,9 @@ OTHER_LOAD_CORES = 0.25  # other processes' CPU, in cores, that disturbs a measu
 # k measured batches with w ready overstate AU and rate by up to k / (k - w); at 5 per batch
 # ready that is at most 25%
 MIN_BATCHES_PER_WORKER = 5
+# the window every consumer measured in, at least this share of their own windows' mean: the
+# consumers of a short run start and end apart, and a rate over a sliver of it describes little
+MIN_OVERLAP = 0.5
 # the rate's figure this far under the AU's: said in words (closer is measurement noise)
 RATE_DISAGREES = 0.05
 
@@ -93,11 +96,21 @@ def rate_disagrees(z: Sizing) -> bool:
 
 
 def measured_batches(m: Measurement, warmup: int) -> int | None:
-    """Batches in the measured window (after ``warmup``) of the consumer with the fewest; None
-    for a measurement without per-consumer figures."""
+    """Batches in the measured window of the consumer with the fewest: inside the window every
+    consumer shared, or (older files) after ``warmup``; None for a measurement without
+    per-consumer figures."""
     if not m.per_consumer:
         return None
+    common = [c.common_batches for c in m.per_consumer]
+    if all(k is not None for k in common):
+        return min(k for k in common if k is not None)
     return max(0, min(c.batches for c in m.per_consumer) - warmup)
+
+
+def thin_overlap(m: Measurement) -> bool:
+    """Whether the consumers' windows overlapped too little (:data:`MIN_OVERLAP`) for the
+    measurement's rates to describe the run."""
+    return m.window_overlap is not None and m.window_overlap < MIN_OVERLAP
 
 
 def batches_ahead(m: Measurement, config: dict) -> int:
@@ -113,7 +126,7 @@ def short_window(m: Measurement, config: dict) -> tuple[int, int] | None:
     and rate by, else None; ``config``: the scan's (warm-up batches, loader)."""
     k = measured_batches(m, config.get("warmup_batches", 1))
     need = MIN_BATCHES_PER_WORKER * batches_ahead(m, config)
-    return (k, need) if k is not None and k < need else None
+    return (k, need) if k is not None and (k < need or thin_overlap(m)) else None
 
 
 def short_count(result: ScanResult, n: int) -> tuple[int, int] | None:
@@ -187,13 +200,22 @@ def short_rule(result: ScanResult) -> str | None:
     (k, need), m = min(short, key=lambda sm: sm[0][0] - sm[0][1])
     n, w = m.consumers, m.workers
     bs = result.config.get("batch_size")
+    at = f"at {n} consumer{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, "
+    advice = (
+        f"give it more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer "
+        "--consumers or --workers"
+    )
+    if k >= need:  # enough batches, but the consumers measured apart
+        return (
+            f"the consumers measured together for {m.window_overlap or 0:.0%} of their windows "
+            f"{at}{m.pass_name} pass (needs ≥ {MIN_OVERLAP:.0%}: its rates describe a sliver "
+            f"of the run): {advice}"
+        )
     return (
-        f"{k} measured batch{'es' if k != 1 else ''} per consumer at {n} consumer"
-        f"{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, {m.pass_name} pass "
+        f"{k} measured batch{'es' if k != 1 else ''} per consumer {at}{m.pass_name} pass "
         f"(needs ≥ {need}: {MIN_BATCHES_PER_WORKER} per batch the loader can have ready, one "
-        "per worker, or the batches prefetched before the window decide AU and rate): give it "
-        f"more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer --consumers "
-        "or --workers"
+        "per worker, in the window every consumer measured in, or the batches prefetched "
+        f"before it decide AU and rate): {advice}"
     )
 
 
@@ -306,5 +328,6 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
             "max_resident_before_cold": MAX_RESIDENT,
             "other_load_cores": OTHER_LOAD_CORES,
             "min_batches_per_worker": MIN_BATCHES_PER_WORKER,
+            "min_window_overlap": MIN_OVERLAP,
         },
     )
