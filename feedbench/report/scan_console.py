@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from feedbench.report.doc_scan import not_judged_text
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
@@ -182,7 +183,10 @@ def _stage_table(m: Measurement, console: Console) -> None:
         + (
             f"; window all {m.consumers} consumers measured in: {fmt_s(m.window_s)} "
             f"({m.window_overlap:.0%} of their own), {m.window_samples:,} samples"
-            if common and m.window_overlap is not None and m.window_samples is not None
+            if common and m.window_overlap and m.window_samples is not None
+            else f"; the consumers' windows did not overlap: rates over their span, "
+            f"{fmt_s(m.window_s)} (not judged)"
+            if common
             else ""
         )
     )
@@ -242,6 +246,8 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
             f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
             f"{'s' if z.at_consumers != 1 else ''}{bound if rate_disagrees(z) else ''})"
         )
+    elif result.accelerator and z.not_judged:
+        console.print(f"[bold]accelerators fed: not judged[/] ({escape(not_judged_text(z))})")
     if z.valid:
         ram = z.rules.get("dataset_vs_ram")
         console.print(f"[green]valid for sizing[/] (data ≥ {ram:g}× RAM, cold, repeats agree)")

@@ -114,27 +114,29 @@ class Window:
 def common_window(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) -> Window | None:
     """The common window of ``stats`` (consumers), counting each one's ``marks`` (rows:
     delivered at, samples, bytes, files; by rank) inside it; fills each consumer's
-    ``common_batches`` and ``common_samples``. None when a consumer had no window, or the
-    windows do not overlap."""
+    ``common_batches`` and ``common_samples``. Where the windows do not overlap, their span
+    (first start to last end) with every mark, at overlap 0: one window still, never a sum of
+    rates, and not judged. None when a consumer had no window."""
     spans = [(s.window_start, s.window_end) for s in stats]
     if not stats or any(a is None or b is None for a, b in spans):
         return None
-    start = max(a for a, _ in spans)
-    end = min(b for _, b in spans)
-    if end <= start:
-        for s in stats:
-            s.common_batches, s.common_samples = 0, 0
-        return None
+    starts = [a for a, _ in spans if a is not None]
+    ends = [b for _, b in spans if b is not None]
+    start, end = max(starts), min(ends)
+    apart = end <= start
+    if apart:
+        start, end = min(starts), max(ends)
     total = np.zeros(3)
     for s in stats:
         rows = marks.get(s.rank, np.zeros((0, 4)))
         inside = rows[(rows[:, 0] > start) & (rows[:, 0] <= end)]
         total += inside[:, 1:].sum(axis=0)
-        s.common_batches = int(np.count_nonzero(inside[:, 1]))
-        s.common_samples = int(inside[:, 1].sum())
-    mean_own = float(np.mean([b - a for a, b in spans]))
+        s.common_batches = 0 if apart else int(np.count_nonzero(inside[:, 1]))
+        s.common_samples = 0 if apart else int(inside[:, 1].sum())
+    mean_own = float(np.mean([b - a for a, b in zip(starts, ends, strict=True)]))
     n, nbytes, nfiles = (int(x) for x in total)
-    return Window(start, end - start, n, nbytes, nfiles, (end - start) / mean_own)
+    overlap = 0.0 if apart else (end - start) / mean_own
+    return Window(start, end - start, n, nbytes, nfiles, overlap)
 
 
 def pass_span(stats: Sequence[ConsumerStats]) -> float:
@@ -185,7 +187,7 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         window_samples=w.samples if w else None,
         window_read_bytes=w.read_bytes if w else None,
         window_files=w.files if w else None,
-        window_overlap=w.overlap if w else (0.0 if stats else None),
+        window_overlap=w.overlap if w else None,
         stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,

@@ -116,9 +116,10 @@ class Measurement:
     # over the same common window as steady_samples_per_s
     steady_mb_per_s: float | None = None
     steady_files_per_s: float | None = None
-    # the common window: its length (None: the consumers' windows did not overlap, or a
-    # consumer had none), what every consumer delivered inside it, and its length ÷ the mean
-    # of the consumers' own windows (small: the rates describe little of the run)
+    # the common window: its length (None: a consumer had none), what every consumer
+    # delivered inside it, and its length ÷ the mean of the consumers' own windows (small: the
+    # rates describe little of the run; 0: the windows did not overlap, and the window is
+    # their span, first start to last end)
     window_s: float | None = None
     window_samples: int | None = None
     window_read_bytes: int | None = None
@@ -176,6 +177,14 @@ class Sizing:
     at_consumers: int | None = None  # the consumer count that gave it
     target_au: float | None = None
     rules: dict[str, float] = field(default_factory=dict)
+    # each (consumers, pass) point no figure may come from: {"consumers", "pass", "why"};
+    # with a step and none judged accelerators_fed is None (older files: not recorded)
+    not_judged: list[dict[str, Any]] = field(default_factory=list)
+
+    def judged(self, consumers: int, pass_name: str) -> bool:
+        return not any(
+            d.get("consumers") == consumers and d.get("pass") == pass_name for d in self.not_judged
+        )
 
     def label(self) -> str:
         return "valid for sizing" if self.valid else f"{NOT_VALID}: " + "; ".join(self.broken)

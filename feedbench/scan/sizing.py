@@ -66,17 +66,19 @@ def fed_at(m: Measurement, appetite: float, target_au: float) -> Fed:
 def accelerators_fed(
     result: ScanResult, target_au: float
 ) -> tuple[float, float | None, int, Fed] | None:
-    """The most accelerators any measured count of the first pass feeds, the spread of that
-    over its repeats (None with one repeat), the count, and its AU's and rate's figures (means
-    over the repeats); None without an emulated step. Counts whose window held too few batches
-    (:func:`short_window`) are passed over while another count has enough."""
+    """The most accelerators any judged count of the first pass feeds, the spread of that over
+    its repeats (None with one repeat), the count, and its AU's and rate's figures (means over
+    the repeats); None without an emulated step or without a judged count. A count is judged
+    when one of its repeats held enough batches in the window every consumer shared
+    (:func:`short_count`); its short repeats are left out too: a figure from a window that
+    the prefetched batches decide is not one to size by."""
     first = result.measurements[0].pass_name if result.measurements else None
     acc = result.accelerator
     ms = [m for m in result.measurements
-          if m.pass_name == first and m.au_mean is not None and not m.failed]  # fmt: skip
+          if m.pass_name == first and m.au_mean is not None and not m.failed
+          and short_window(m, result.config) is None]  # fmt: skip
     if not acc or not ms:
         return None
-    ms = [m for m in ms if short_window(m, result.config) is None] or ms
     by_count: dict[int, list[Fed]] = {}
     for m in ms:
         by_count.setdefault(m.consumers, []).append(
@@ -87,6 +89,28 @@ def accelerators_fed(
     std = statistics.stdev(values) if len(values) > 1 else None
     means = Fed(*(statistics.fmean(getattr(f, k) for f in feds) for k in Fed.__annotations__))
     return means.value, std, n, means
+
+
+def not_judged(result: ScanResult) -> list[dict]:
+    """Each (consumer count, pass) none of whose repeats can be judged: every repeat failed,
+    or its window held too few batches or overlapped too little; with why, in words. No
+    headline, "fed" or winner comes from these; plots mark them."""
+    out = []
+    for key in dict.fromkeys((m.consumers, m.pass_name) for m in result.measurements):
+        ms = [m for m in result.measurements if (m.consumers, m.pass_name) == key]
+        done = [m for m in ms if not m.failed and not m.partial]
+        shorts = [s for m in done if (s := short_window(m, result.config)) is not None]
+        if done and len(shorts) < len(done):
+            continue
+        if not done:
+            why = "no repeat completed"
+        elif any(thin_overlap(m) for m in done):
+            why = f"the consumers measured together for under {MIN_OVERLAP:.0%} of their windows"
+        else:
+            k, need = max(shorts)
+            why = f"{k} measured batches per consumer in the common window (needs ≥ {need})"
+        out.append({"consumers": key[0], "pass": key[1], "why": why})
+    return out
 
 
 def rate_disagrees(z: Sizing) -> bool:
@@ -313,6 +337,7 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
     fed_ = accelerators_fed(result, target_au)
     value, std, at, both = fed_ if fed_ else (None, None, None, None)
     return Sizing(
+        not_judged=not_judged(result),
         valid=not broken,
         broken=broken,
         accelerators_fed=value,

@@ -120,7 +120,10 @@ class StageStream(IterableDataset):
             if per_file:
                 times.files += 1
             times.add("read", raw.read_s, raw.read_bytes)
-            times.read_latencies.append(raw.read_s)
+            # a sample served from bytes an earlier read call brought (a shard's 1 MiB reads
+            # hold several) waited on no read: its 0 s would be the median "read latency"
+            if raw.read_s > 0:
+                times.read_latencies.append(raw.read_s)
             if raw.error is not None or raw.data is None:
                 times.errors += 1
                 if len(times.error_list) < KEEP_ERRORS:

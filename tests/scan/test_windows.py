@@ -26,14 +26,15 @@ def test_rates_share_the_steady_window(dataset, layout):
             # MB/s × window = the bytes read in that window, per consumer
             assert c.steady_s and 0 < c.steady_read_bytes < c.read_bytes
             assert c.steady_samples_per_s * c.steady_s == pytest.approx(c.steady_samples)
-        if m.window_s is None:  # the consumers' windows did not overlap: no steady rate
-            assert m.steady_samples_per_s is None and m.window_overlap == 0
-            continue
         # the three rates: what all consumers delivered in the common window ÷ its length
         assert m.steady_samples_per_s * m.window_s == pytest.approx(m.window_samples)
         assert m.steady_mb_per_s * 1e6 * m.window_s == pytest.approx(m.window_read_bytes)
         assert m.steady_files_per_s * m.window_s == pytest.approx(m.window_files)
-        assert m.window_samples == sum(c.common_samples for c in m.per_consumer)
+        if m.window_overlap > 0:
+            assert m.window_samples == sum(c.common_samples for c in m.per_consumer)
+        else:  # windows apart: their span, every steady sample, and nothing judged
+            assert m.window_samples == sum(c.steady_samples for c in m.per_consumer)
+            assert sum(c.common_samples for c in m.per_consumer) == 0
     one = next(m for m in result.measurements if m.consumers == 1)
     (c,) = one.per_consumer
     # one consumer: bytes per sample from the rates = bytes per sample in the window
@@ -72,9 +73,10 @@ def test_common_window_counts_only_what_fell_inside_it():
     assert (w.samples, w.read_bytes, w.files) == (32, 1700, 1)
     assert w.overlap == pytest.approx(2.0 / 6.0)
     assert (a.common_batches, a.common_samples, b.common_batches) == (3, 24, 1)
-    # windows that do not overlap have none
+    # windows that do not overlap: their span, first start to last end, at overlap 0
     c = _stats(2, 30.0, 31.0)
-    assert common_window([a, c], marks | {2: _marks((30.5, 8, 0, 0))}) is None
+    w = common_window([a, c], marks | {2: _marks((30.5, 8, 0, 0))})
+    assert w is not None and (w.start, w.length_s, w.samples, w.overlap) == (10.0, 21.0, 40, 0)
     assert a.common_batches == 0 and c.common_batches == 0
 
 
@@ -100,8 +102,8 @@ def test_eight_consumer_headline_is_within_its_own_window(cli, sixteen_shards, t
     basis = {p["rate_basis"] for p in data["curve"]}
     assert len(basis) == 1
     for m in data["measurements"]:
-        window = m["window_s"] if basis == {"steady"} else m["wall_s"]
-        rate = m["steady_samples_per_s"] if basis == {"steady"} else m["samples_per_s"]
+        assert basis == {"steady"}  # a measurement whose consumers measured apart too
+        window, rate = m["window_s"], m["steady_samples_per_s"]
         assert window is not None and window > 0
         assert rate <= m["samples"] / window * (1 + 1e-9)
         assert curve[m["consumers"]]["samples_per_s_mean"] == pytest.approx(rate)
@@ -109,9 +111,11 @@ def test_eight_consumer_headline_is_within_its_own_window(cli, sixteen_shards, t
         assert m["wall_s"] >= max(c["wall_s"] for c in m["per_consumer"]) - 1e-6
         starts = [c["window_start"] for c in m["per_consumer"]]
         ends = [c["window_end"] for c in m["per_consumer"]]
-        if m["window_s"] is not None:
+        assert m["window_samples"] <= m["samples"]
+        if m["window_overlap"] > 0:
             assert m["window_s"] == pytest.approx(min(ends) - max(starts))
-            assert m["window_samples"] <= m["samples"]
+        else:  # apart: their span
+            assert m["window_s"] == pytest.approx(max(ends) - min(starts))
     last = data["measurements"][-1]
     row = re.search(r"pipeline\s*│[^│]*│\s*([\d.,k]+) total", r.out)
     assert row is not None, r.out
@@ -123,11 +127,12 @@ def test_eight_consumer_headline_is_within_its_own_window(cli, sixteen_shards, t
 def test_a_thin_overlap_is_not_judged(dataset):
     """A measurement whose consumers measured together for under half their windows is not
     judged, however many batches each measured."""
-    config = ScanConfig(str(dataset / "images"), stages=("read",), batch_size=2, consumers=(1,))
+    config = ScanConfig(str(dataset / "images"), stages=("read",), batch_size=2, workers=1,
+                        consumers=(1,))  # fmt: skip
     result = scan(config)
     m = result.measurements[0]
-    assert short_window(m, result.config) is None or m.per_consumer[0].common_batches < 5
-    m.per_consumer[0].common_batches = 100
+    assert m.window_overlap == 1.0 and m.per_consumer[0].common_batches == 11
+    assert short_window(m, result.config) is None
     m.window_overlap = 0.3
-    assert short_window(m, result.config) == (100, 5)
+    assert short_window(m, result.config) == (11, 5)
     assert MARKS not in {s.name for s in m.stages}
