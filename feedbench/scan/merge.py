@@ -139,6 +139,36 @@ def common_window(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) 
     return Window(start, end - start, n, nbytes, nfiles, overlap)
 
 
+@dataclass
+class Gap:
+    """The longest time a consumer went without a batch in its steady window."""
+
+    seconds: float
+    rank: int
+    at: float  # when it began, seconds since the epoch
+    median_s: float  # the median time between batches, all consumers
+
+
+def longest_gap(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) -> Gap | None:
+    """The longest wait between batches (window start and end included) of any consumer; a
+    stall shorter than the watchdog's timeout shows here. None without a window."""
+    best: Gap | None = None
+    gaps = []
+    for s in stats:
+        if s.window_start is None or s.window_end is None:
+            continue
+        rows = marks.get(s.rank, np.zeros((0, 4)))
+        t = np.concatenate([[s.window_start], np.sort(rows[rows[:, 1] > 0, 0]), [s.window_end]])
+        d = np.diff(t)
+        gaps.append(d)
+        i = int(np.argmax(d))
+        if best is None or d[i] > best.seconds:
+            best = Gap(float(d[i]), s.rank, float(t[i]), 0.0)
+    if best is not None:
+        best.median_s = float(np.median(np.concatenate(gaps)))
+    return best
+
+
 def pass_span(stats: Sequence[ConsumerStats]) -> float:
     """The whole pass: the first consumer's start to the last one's end (the longest
     consumer's own time where the starts were not recorded)."""
@@ -159,6 +189,8 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
     }
     marks = {s.rank: raw.get(MARKS, np.zeros((0, 4))) for s, _, raw in gathered}
     w = common_window(stats, marks)
+    gap = longest_gap(stats, marks)
+    first_start = min((s.started_at for s in stats if s.started_at is not None), default=None)
     wall = pass_span(stats)
     samples = sum(s.samples for s in stats)
     read_bytes = sum(s.read_bytes for s in stats)
@@ -188,6 +220,10 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         window_read_bytes=w.read_bytes if w else None,
         window_files=w.files if w else None,
         window_overlap=w.overlap if w else None,
+        longest_gap_s=gap.seconds if gap else None,
+        longest_gap_rank=gap.rank if gap else None,
+        longest_gap_at_s=gap.at - first_start if gap and first_start is not None else None,
+        median_gap_s=gap.median_s if gap else None,
         stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,

@@ -125,6 +125,12 @@ class Measurement:
     window_read_bytes: int | None = None
     window_files: int | None = None
     window_overlap: float | None = None
+    # the longest wait for a batch in any consumer's steady window (a stall the watchdog's
+    # timeout did not end), whose, when (seconds into the pass), and the median wait
+    longest_gap_s: float | None = None
+    longest_gap_rank: int | None = None
+    longest_gap_at_s: float | None = None
+    median_gap_s: float | None = None
 
 
 @dataclass

@@ -29,6 +29,9 @@ MIN_BATCHES_PER_WORKER = 5
 # the window every consumer measured in, at least this share of their own windows' mean: the
 # consumers of a short run start and end apart, and a rate over a sliver of it describes little
 MIN_OVERLAP = 0.5
+# a wait for one batch this many times the median wait, and at least STALL_MIN_S: a stall
+STALL_FACTOR = 10
+STALL_MIN_S = 1.0
 # the rate's figure this far under the AU's: said in words (closer is measurement noise)
 RATE_DISAGREES = 0.05
 
@@ -243,6 +246,21 @@ def short_rule(result: ScanResult) -> str | None:
     )
 
 
+def stalled(m: Measurement) -> str | None:
+    """A stall inside ``m``'s window (shorter than the watchdog's timeout, so the scan went
+    on), in words; None without one."""
+    gap, median = m.longest_gap_s, m.median_gap_s
+    if gap is None or median is None or gap < max(STALL_MIN_S, STALL_FACTOR * median):
+        return None
+    at = f" at {m.longest_gap_at_s:.1f} s into the pass" if m.longest_gap_at_s is not None else ""
+    n = m.consumers
+    return (
+        f"a stall: consumer {m.longest_gap_rank} waited {gap:.1f} s for one batch{at} "
+        f"({n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass, repeat {m.repeat}; the "
+        f"median wait was {median * 1e3:.0f} ms): its rates average the stall in"
+    )
+
+
 def other_load(m: Measurement) -> float | None:
     """Cores' worth of CPU that processes outside the scan used during ``m``, on average (None
     where the scan's own use was not measured)."""
@@ -325,6 +343,7 @@ def broken_rules(result: ScanResult) -> list[str]:
     short = short_rule(result)
     if short:
         out.append(short)
+    out += [x for m in result.measurements if not m.failed and (x := stalled(m))]
     if result.partial or result.failure:
         out.append("the scan did not complete" + (f" ({result.failure})" if result.failure else ""))
     if any(m.failed for m in result.measurements):
