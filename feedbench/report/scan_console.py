@@ -93,9 +93,11 @@ def _curve_table(result: ScanResult, console: Console) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     workers = {(m.consumers, m.pass_name): m.workers for m in result.measurements}
+    z = result.sizing
     for c in result.curve:
+        judged = z is None or z.judged(c.consumers, c.pass_name)
         table.add_row(
-            str(c.consumers),
+            str(c.consumers) + ("" if judged else " [red]✗[/]"),
             c.pass_name,
             str(workers.get((c.consumers, c.pass_name), "")),
             fmt_rate(c.samples_per_s_mean),
@@ -115,6 +117,13 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         "shown only where every consumer had the workers the one consumer had (with the cores "
         "shared out, one consumer already has the whole machine)"
     )
+    for d in z.not_judged if z else []:
+        n = d["consumers"]
+        console.print(
+            f"  [red]✗ not judged[/] {n} consumer{'s' if n != 1 else ''}, {d['pass']}: "
+            f"{escape(d['why'])} (no headline or accelerators fed from it)",
+            highlight=False,
+        )
     for m in result.measurements:
         if m.failed:
             console.print(
