@@ -69,9 +69,13 @@ class Column:
     # what makes the numbers not the system's own (slowed on purpose, partial)
     system_facts: list[list[str]] = field(default_factory=list)
     system_flags: list[str] = field(default_factory=list)
+    # consumer counts of this pass not judged (too few batches in the common window): shown,
+    # never the best or a ranking's leader
+    not_judged: list[int] = field(default_factory=list)
 
     def best(self) -> CurvePoint | None:
-        return max(self.points.values(), key=lambda p: p.samples_per_s_mean, default=None)
+        judged = [p for n, p in self.points.items() if n not in self.not_judged]
+        return max(judged, key=lambda p: p.samples_per_s_mean, default=None)
 
 
 @dataclass
@@ -147,6 +151,11 @@ def _points(result: ScanResult, pass_name: str) -> dict[int, CurvePoint]:
     return {p.consumers: p for p in curve_points(result) if p.pass_name == pass_name}
 
 
+def _not_judged(result: ScanResult, pass_name: str) -> list[int]:
+    z = result.sizing
+    return [d["consumers"] for d in (z.not_judged if z else []) if d["pass"] == pass_name]
+
+
 def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
     cfg = result.config
     acc = result.accelerator or {}
@@ -189,6 +198,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         accelerator_samples_per_s=acc.get("samples_per_s") if acc else None,
         system_facts=[list(f) for f in facts],
         system_flags=flags,
+        not_judged=_not_judged(result, pass_name),
     )
 
 
@@ -205,8 +215,9 @@ def system_row(result: ScanResult, pass_name: str) -> SystemRow:
     z = result.sizing
     points = _points(result, pass_name)
     at = z.at_consumers if z and z.at_consumers in points else None
-    if at is None and points:
-        at = max(points.values(), key=lambda p: p.samples_per_s_mean).consumers
+    judged = [p for n, p in points.items() if n not in _not_judged(result, pass_name)]
+    if at is None and judged:
+        at = max(judged, key=lambda p: p.samples_per_s_mean).consumers
     p = points.get(at) if at is not None else None
     tr = result.config.get("torchrun") or {}
     clients = max(1, tr.get("world_size", 1) // max(1, tr.get("local_world_size", 1)))
@@ -294,7 +305,7 @@ def ranking(columns: list[Column], n: int) -> Ranking | None:
     """The setups that measured ``n`` consumers, fastest first, and whether each gap to the
     fastest is larger than the two measurements' combined spread (``NOISE_SIGMAS`` σ)."""
     have = sorted(
-        (c for c in columns if n in c.points),
+        (c for c in columns if n in c.points and n not in c.not_judged),
         key=lambda c: c.points[n].samples_per_s_mean,
         reverse=True,
     )

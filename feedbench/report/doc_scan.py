@@ -62,17 +62,45 @@ def answer(result: ScanResult) -> list[str]:
             f"(best at {_plural(z.at_consumers or 0, 'consumer')}"
             f"{bound if rate_disagrees(z) else ''})."
         )
+    elif z is not None and result.accelerator and z.not_judged:
+        lines.append(f"Accelerators fed: not judged ({not_judged_text(z)}).")
     elif result.accelerator is None and result.curve:
-        best = max(result.curve, key=lambda p: p.samples_per_s_mean)
-        lines.append(
-            f"Delivers {fmt_rate(best.samples_per_s_mean)} samples/s "
-            f"({best.mb_per_s_mean:,.1f} MB/s) at {_plural(best.consumers, 'consumer')}, "
-            f"{best.pass_name} pass (no accelerator emulated: add --profile or --step-time "
-            "for accelerators fed)."
-        )
+        lines.append(delivers(result))
     if result.verdict is not None:
         lines.append(result.verdict.text)
     return lines
+
+
+def not_judged_text(z) -> str:
+    """Why no count could be judged, in words (the first few points)."""
+    return "no consumer count held a window to judge by: " + "; ".join(
+        f"{_plural(d['consumers'], 'consumer')}, {d['pass']}: {d['why']}" for d in z.not_judged[:3]
+    )
+
+
+def delivers(result: ScanResult) -> str:
+    """The headline without an emulated step: the best judged point of the first pass (cold:
+    first-epoch speed, what storage delivers), the warm pass's beside it, each named."""
+    z = result.sizing
+    judged = [p for p in result.curve if z is None or z.judged(p.consumers, p.pass_name)]
+    first = result.curve[0].pass_name
+    parts = []
+    for name in dict.fromkeys([first, *(p.pass_name for p in result.curve)]):
+        pts = [p for p in judged if p.pass_name == name]
+        if not pts:
+            parts.append(f"{name} pass: not judged (no count held a window to judge by)")
+            continue
+        best = max(pts, key=lambda p: p.samples_per_s_mean)
+        parts.append(
+            f"{fmt_rate(best.samples_per_s_mean)} samples/s ({best.mb_per_s_mean:,.1f} MB/s) at "
+            f"{_plural(best.consumers, 'consumer')}, {name} pass"
+            + (" (first epoch)" if name == "cold" else " (page cache)" if name == "warm" else "")
+        )
+    return (
+        f"Delivers {parts[0]}"
+        + "".join(f"; {x}" for x in parts[1:])
+        + " (no accelerator emulated: add --profile or --step-time for accelerators fed)."
+    )
 
 
 def _read_p99_ms(m: Measurement) -> float | None:
@@ -144,8 +172,21 @@ def point_rows(result: ScanResult) -> list[tuple[Row, list[Row]]]:
     for p in curve_points(result):
         steady = p.rate_basis == "steady"
         repeats = [repeat_row(m, steady, target, result.accelerator) for m in _repeats(result, p)]
-        out.append((mean_row(p, repeats), repeats))
+        mean = mean_row(p, repeats)
+        why = _not_judged(result, p)
+        if why is not None:  # no figure to size by: its fed is none, and it says why
+            mean["fed"], mean["not_judged"] = None, why
+        out.append((mean, repeats))
     return out
+
+
+def _not_judged(result: ScanResult, p: CurvePoint) -> str | None:
+    """Why point ``p`` is not judged (:func:`feedbench.scan.sizing.not_judged`); None if it is."""
+    z = result.sizing
+    for d in z.not_judged if z else []:
+        if (d["consumers"], d["pass"]) == (p.consumers, p.pass_name):
+            return d["why"]
+    return None
 
 
 def csv_rows(points: list[tuple[Row, list[Row]]]) -> list[Row]:
@@ -175,6 +216,7 @@ SCAN_CSV = [
     ("speedup vs 1 consumer (x)", "speedup"),
     ("efficiency (0-1)", "efficiency"),
     ("left out of the mean (why)", "left_out"),
+    ("not judged (why)", "not_judged"),
 ]
 
 
@@ -186,7 +228,12 @@ def _mean_std(r: Row) -> str:
 def summary_table(result: ScanResult) -> Table:
     points = point_rows(result)
     basis = result.curve[0].rate_basis if result.curve else "steady"
-    when = "after the warm-up batches" if basis == "steady" else "over the whole pass"
+    when = (
+        "the samples all consumers delivered in the window every one was measuring in (after "
+        "its warm-up batches)"
+        if basis == "steady"
+        else "all consumers' samples over the whole pass (first start to last end)"
+    )
     columns = [
         Shown("consumers", lambda r: str(r["consumers"])),
         Shown("pass", lambda r: r["pass"], "left"),
@@ -209,9 +256,11 @@ def summary_table(result: ScanResult) -> Table:
         columns=columns,
         csv=SCAN_CSV,
         csv_rows=csv_rows(points),
-        note=f"Rates summed over all consumers, {when}; mean ± standard deviation over the "
-        "repeats. Read p99: the read stage's 99th-percentile latency per sample. Accelerators "
-        "fed: N × AU ÷ target AU, at most N.",
+        note=f"Rates: {when} ÷ its length; mean ± standard deviation over the repeats. Read "
+        "p99: the read stage's 99th-percentile latency per sample. Accelerators fed: the "
+        "smaller of N × AU ÷ target AU (at most N) and samples/s ÷ (one accelerator's "
+        "samples/s × target AU); none for a point not judged (too few batches in that "
+        "window, or consumers measuring apart).",
     )
 
 

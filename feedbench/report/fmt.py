@@ -16,6 +16,8 @@ def fmt_rate(x: float | None) -> str:
 def fmt_s(x: float | None) -> str:
     if x is None:
         return "—"
+    if 0 < x < 0.5e-6:  # a time that was taken, under the unit shown
+        return "<1 µs"
     if x < 1e-3:
         return f"{x * 1e6:.0f} µs"
     if x < 1:

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from feedbench.report.doc_scan import not_judged_text
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
@@ -92,9 +93,11 @@ def _curve_table(result: ScanResult, console: Console) -> None:
     ):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     workers = {(m.consumers, m.pass_name): m.workers for m in result.measurements}
+    z = result.sizing
     for c in result.curve:
+        judged = z is None or z.judged(c.consumers, c.pass_name)
         table.add_row(
-            str(c.consumers),
+            str(c.consumers) + ("" if judged else " [red]✗[/]"),
             c.pass_name,
             str(workers.get((c.consumers, c.pass_name), "")),
             fmt_rate(c.samples_per_s_mean),
@@ -114,6 +117,13 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         "shown only where every consumer had the workers the one consumer had (with the cores "
         "shared out, one consumer already has the whole machine)"
     )
+    for d in z.not_judged if z else []:
+        n = d["consumers"]
+        console.print(
+            f"  [red]✗ not judged[/] {n} consumer{'s' if n != 1 else ''}, {d['pass']}: "
+            f"{escape(d['why'])} (no headline or accelerators fed from it)",
+            highlight=False,
+        )
     for m in result.measurements:
         if m.failed:
             console.print(
@@ -163,15 +173,32 @@ def _stage_table(m: Measurement, console: Console) -> None:
         )
     table.add_section()
     end_to_end = any(s.name.startswith("loader:") for s in m.stages)
+    # the measurement's rates: over the window every consumer shared, as the curve and the
+    # headline give them (the whole pass where there was none)
+    common = m.window_s is not None and m.steady_samples_per_s is not None
+    rate = m.steady_samples_per_s if common else m.samples_per_s
+    mb = m.steady_mb_per_s if common and m.steady_mb_per_s is not None else m.mb_per_s
     table.add_row(
         "[bold]pipeline[/]",
         "",
-        f"[bold]{fmt_rate(m.samples_per_s)}[/] total",
-        f"{m.mb_per_s:,.1f} total" + (" (storage)" if end_to_end else ""),
-        fmt_s(m.wall_s),
+        f"[bold]{fmt_rate(rate)}[/] total",
+        f"{mb:,.1f} total" + (" (storage)" if end_to_end else ""),
+        f"{fmt_s(m.window_s)} window" if common else f"{fmt_s(m.wall_s)} pass",
         "",
     )
     console.print(table)
+    console.print(
+        f"  whole pass: {fmt_rate(m.samples_per_s)} samples/s over {fmt_s(m.wall_s)}"
+        + (
+            f"; window all {m.consumers} consumers measured in: {fmt_s(m.window_s)} "
+            f"({m.window_overlap:.0%} of their own), {m.window_samples:,} samples"
+            if common and m.window_overlap and m.window_samples is not None
+            else f"; the consumers' windows did not overlap: rates over their span, "
+            f"{fmt_s(m.window_s)} (not judged)"
+            if common
+            else ""
+        )
+    )
     console.print(
         f"  {m.samples:,} samples in {m.batches} batches, "
         + (
@@ -181,8 +208,7 @@ def _stage_table(m: Measurement, console: Console) -> None:
             else f"{m.files:,} files ({fmt_rate(m.files_per_s)} files/s), "
             f"{fmt_bytes(m.read_bytes)} read; first batch "
         )
-        + f"{fmt_s(m.first_batch_s)} (slowest consumer), then {fmt_rate(m.steady_samples_per_s)} "
-        f"samples/s steady; errors skipped: {m.errors}"
+        + f"{fmt_s(m.first_batch_s)} (slowest consumer); errors skipped: {m.errors}"
     )
 
 
@@ -229,6 +255,8 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
             f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
             f"{'s' if z.at_consumers != 1 else ''}{bound if rate_disagrees(z) else ''})"
         )
+    elif result.accelerator and z.not_judged:
+        console.print(f"[bold]accelerators fed: not judged[/] ({escape(not_judged_text(z))})")
     if z.valid:
         ram = z.rules.get("dataset_vs_ram")
         console.print(f"[green]valid for sizing[/] (data ≥ {ram:g}× RAM, cold, repeats agree)")

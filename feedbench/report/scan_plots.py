@@ -99,6 +99,7 @@ def _throughput_panel(ax, result: ScanResult, points: list[CurvePoint], counts: 
     order = list(passes)
     for name, pts in passes.items():
         _pass_lines(ax, name, pts, _pass_color(name, order))
+    _not_judged_marks(ax, result, points)
     _demand_line(ax, result, counts)
     ax.set_ylabel("throughput (samples/s, all consumers)")
     if _log_consumers(counts):  # a wide range: log–log keeps the small counts readable
@@ -116,6 +117,18 @@ def _throughput_panel(ax, result: ScanResult, points: list[CurvePoint], counts: 
     ax.legend(fontsize=8, loc="upper left", title="\n".join(title) or None, title_fontsize=7)
     _failed_note(ax, result)
     ax.set_title(_title(result, "Throughput vs consumers"), fontsize=10)
+
+
+NOT_JUDGED_LABEL = "not judged: too few batches in the window all consumers shared"
+
+
+def _not_judged_marks(ax, result: ScanResult, points: list[CurvePoint]) -> None:
+    """A cross over each point no figure may come from (:attr:`Sizing.not_judged`)."""
+    z = result.sizing
+    bad = [p for p in points if z is not None and not z.judged(p.consumers, p.pass_name)]
+    if bad:
+        ax.scatter([p.consumers for p in bad], [p.samples_per_s_mean for p in bad], marker="x",
+                   s=90, color="crimson", zorder=5, label=NOT_JUDGED_LABEL)  # fmt: skip
 
 
 def _failed_note(ax, result: ScanResult) -> None:

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader
 
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
-from feedbench.scan.merge import Clock, set_shares, stage_stats
+from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
 from feedbench.scan.results import ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
 from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, StageStream
@@ -86,9 +86,16 @@ class Tally:
         self.t_start = self.t_end = time.perf_counter()
         # the steady window starts after the warm-up batches (at once without any)
         self.t_first_end: float | None = None if warmup_batches > 0 else self.t_start
+        # every item accounted in the steady window: (delivered at, samples, bytes, files), so
+        # that the measurement can count what fell inside the window all consumers share
+        self.marks: list[tuple[float, int, int, int]] = []
+        # perf_counter → seconds since the epoch: one clock for every consumer of the host
+        self.epoch_offset = time.time() - time.perf_counter()
 
     def start(self) -> None:
         self.t_start = time.perf_counter()
+        if self.warmup_batches <= 0:
+            self.t_first_end = self.t_start
 
     def stop(self) -> None:
         self.t_end = time.perf_counter()
@@ -97,14 +104,17 @@ class Tally:
     def wall_s(self) -> float:
         return self.t_end - self.t_start
 
-    def account(self, times: BatchTimes) -> None:
-        """Add a loader worker's measurements of one batch (an errors-only tail included)."""
+    def account(self, times: BatchTimes, at: float | None = None) -> None:
+        """Add a loader worker's measurements of one batch (an errors-only tail included),
+        delivered ``at`` (perf_counter; now when not given)."""
         self.samples += times.samples
         self.files += times.files
         self.read_bytes += times.read_bytes
         if self.t_first_end is not None:  # after the warm-up: the window every rate shares
             self.steady_bytes += times.read_bytes
             self.steady_files += times.files
+            when = time.perf_counter() if at is None else at
+            self.marks.append((when, times.samples, times.read_bytes, times.files))
         self.errors += times.errors
         self.read_latencies.extend(times.read_latencies)
         clocks = self.clocks
@@ -151,6 +161,20 @@ class Tally:
         """Samples per second after the warm-up batches; None when nothing was measured."""
         window = self.steady_s
         return self.steady_samples / window if window else None
+
+    def window_marks(self) -> np.ndarray:
+        """The steady window's items as rows (delivered at, samples, bytes, files), times in
+        seconds since the epoch (comparable between the consumers of a host)."""
+        out = np.asarray(self.marks, dtype=np.float64).reshape(-1, 4)
+        out[:, 0] += self.epoch_offset
+        return out
+
+    @property
+    def window(self) -> tuple[float, float] | None:
+        """The steady window's (start, end) in seconds since the epoch; None without one."""
+        if self.steady_s is None or self.t_first_end is None:
+            return None
+        return self.t_first_end + self.epoch_offset, self.t_end + self.epoch_offset
 
 
 class StepBarrier:
@@ -315,6 +339,7 @@ def run_consumer(
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
+    raw[MARKS] = tally.window_marks()
     return stats, tally.kept_errors, raw
 
 
@@ -344,7 +369,9 @@ def consume_batches(
             break  # synced: as soon as any consumer has run out
         t2 = time.perf_counter()
         times = item[1]
-        tally.account(times)
+        # stamped when taken into a step: with synced steps every consumer has then ended its
+        # warm-up, so none of a synced window's batches falls outside the common window
+        tally.account(times, at=t2)
         if progress is not None:
             progress(times.read_bytes)
         if times.samples == 0:
@@ -397,6 +424,9 @@ def consumer_stats(
         samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
         steady_samples_per_s=tally.steady_samples_per_s,
         steady_s=tally.steady_s,
+        window_start=tally.window[0] if tally.window else None,
+        window_end=tally.window[1] if tally.window else None,
+        started_at=tally.t_start + tally.epoch_offset,
         steady_samples=tally.steady_samples,
         steady_read_bytes=tally.steady_bytes,
         steady_files=tally.steady_files,

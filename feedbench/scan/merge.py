@@ -7,11 +7,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from feedbench.core.stats import Percentiles, percentiles
-from feedbench.scan.results import Measurement, StageStats
+from feedbench.scan.results import ConsumerStats, Measurement, StageStats
+
+MARKS = "window_marks"  # the raw key of a consumer's steady-window items (not a stage)
 
 
 class Clock:
@@ -95,20 +98,103 @@ def merge_stages(
     return out
 
 
+@dataclass
+class Window:
+    """The window every consumer was measuring in (the latest start of their steady windows to
+    the earliest end) and what they delivered inside it, all consumers together."""
+
+    start: float
+    length_s: float
+    samples: int
+    read_bytes: int
+    files: int
+    overlap: float  # length ÷ the mean of the consumers' own windows
+
+
+def common_window(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) -> Window | None:
+    """The common window of ``stats`` (consumers), counting each one's ``marks`` (rows:
+    delivered at, samples, bytes, files; by rank) inside it; fills each consumer's
+    ``common_batches`` and ``common_samples``. Where the windows do not overlap, their span
+    (first start to last end) with every mark, at overlap 0: one window still, never a sum of
+    rates, and not judged. None when a consumer had no window."""
+    spans = [(s.window_start, s.window_end) for s in stats]
+    if not stats or any(a is None or b is None for a, b in spans):
+        return None
+    starts = [a for a, _ in spans if a is not None]
+    ends = [b for _, b in spans if b is not None]
+    start, end = max(starts), min(ends)
+    apart = end <= start
+    if apart:
+        start, end = min(starts), max(ends)
+    total = np.zeros(3)
+    for s in stats:
+        rows = marks.get(s.rank, np.zeros((0, 4)))
+        inside = rows[(rows[:, 0] > start) & (rows[:, 0] <= end)]
+        total += inside[:, 1:].sum(axis=0)
+        s.common_batches = 0 if apart else int(np.count_nonzero(inside[:, 1]))
+        s.common_samples = 0 if apart else int(inside[:, 1].sum())
+    mean_own = float(np.mean([b - a for a, b in zip(starts, ends, strict=True)]))
+    n, nbytes, nfiles = (int(x) for x in total)
+    overlap = 0.0 if apart else (end - start) / mean_own
+    return Window(start, end - start, n, nbytes, nfiles, overlap)
+
+
+@dataclass
+class Gap:
+    """The longest time a consumer went without a batch in its steady window."""
+
+    seconds: float
+    rank: int
+    at: float  # when it began, seconds since the epoch
+    median_s: float  # the median time between batches, all consumers
+
+
+def longest_gap(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) -> Gap | None:
+    """The longest wait between batches (window start and end included) of any consumer; a
+    stall shorter than the watchdog's timeout shows here. None without a window."""
+    best: Gap | None = None
+    gaps = []
+    for s in stats:
+        if s.window_start is None or s.window_end is None:
+            continue
+        rows = marks.get(s.rank, np.zeros((0, 4)))
+        t = np.concatenate([[s.window_start], np.sort(rows[rows[:, 1] > 0, 0]), [s.window_end]])
+        d = np.diff(t)
+        gaps.append(d)
+        i = int(np.argmax(d))
+        if best is None or d[i] > best.seconds:
+            best = Gap(float(d[i]), s.rank, float(t[i]), 0.0)
+    if best is not None:
+        best.median_s = float(np.median(np.concatenate(gaps)))
+    return best
+
+
+def pass_span(stats: Sequence[ConsumerStats]) -> float:
+    """The whole pass: the first consumer's start to the last one's end (the longest
+    consumer's own time where the starts were not recorded)."""
+    starts = [s.started_at for s in stats]
+    if any(t is None for t in starts):
+        return max(s.wall_s for s in stats)
+    ends = [s.started_at + s.wall_s for s in stats if s.started_at is not None]
+    return max(ends) - min(t for t in starts if t is not None)
+
+
 def build_measurement(gathered, world, workers, pass_name, repeat, state, timeline) -> Measurement:
-    """One measurement from every consumer's ``(stats, errors, raw latencies)``, as gathered."""
+    """One measurement from every consumer's ``(stats, errors, raw latencies)``, as gathered.
+    Its steady rates are over the consumers' common window (:func:`common_window`)."""
     stats = sorted((s for s, _, _ in gathered), key=lambda s: s.rank)
     pooled = {
         name: np.concatenate([raw[name] for _, _, raw in gathered if name in raw])
-        for name in {n for _, _, raw in gathered for n in raw}
+        for name in {n for _, _, raw in gathered for n in raw if n != MARKS}
     }
-    wall = max(s.wall_s for s in stats)
+    marks = {s.rank: raw.get(MARKS, np.zeros((0, 4))) for s, _, raw in gathered}
+    w = common_window(stats, marks)
+    gap = longest_gap(stats, marks)
+    first_start = min((s.started_at for s in stats if s.started_at is not None), default=None)
+    wall = pass_span(stats)
     samples = sum(s.samples for s in stats)
     read_bytes = sum(s.read_bytes for s in stats)
     files = sum(s.files for s in stats)
-    steady = [s.steady_samples_per_s for s in stats]
-    windows = [s.steady_s for s in stats]
-    windowed = all(w for w in windows)
     aus = [s.au for s in stats if s.au is not None]
     firsts = [s.first_batch_s for s in stats if s.first_batch_s is not None]
     return Measurement(
@@ -124,13 +210,20 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         wall_s=wall,
         first_batch_s=max(firsts) if firsts else None,
         samples_per_s=samples / wall if wall > 0 else 0.0,
-        steady_samples_per_s=float(sum(steady)) if all(x is not None for x in steady) else None,
+        steady_samples_per_s=w.samples / w.length_s if w else None,
         mb_per_s=read_bytes / wall / 1e6 if wall > 0 else 0.0,
         files_per_s=files / wall if wall > 0 else 0.0,
-        steady_mb_per_s=sum(s.steady_read_bytes / s.steady_s for s in stats) / 1e6
-        if windowed
-        else None,
-        steady_files_per_s=sum(s.steady_files / s.steady_s for s in stats) if windowed else None,
+        steady_mb_per_s=w.read_bytes / w.length_s / 1e6 if w else None,
+        steady_files_per_s=w.files / w.length_s if w else None,
+        window_s=w.length_s if w else None,
+        window_samples=w.samples if w else None,
+        window_read_bytes=w.read_bytes if w else None,
+        window_files=w.files if w else None,
+        window_overlap=w.overlap if w else None,
+        longest_gap_s=gap.seconds if gap else None,
+        longest_gap_rank=gap.rank if gap else None,
+        longest_gap_at_s=gap.at - first_start if gap and first_start is not None else None,
+        median_gap_s=gap.median_s if gap else None,
         stages=merge_stages([s.stages for s in stats], pooled),
         cache=state,
         per_consumer=stats,

@@ -72,6 +72,13 @@ class ConsumerStats:
     steady_samples: int = 0
     steady_read_bytes: int = 0  # bytes read in the window (failed samples' too)
     steady_files: int = 0
+    # that window in seconds since the epoch, and what of it fell inside the window every
+    # consumer of the measurement shared (Measurement.window_s); None in older files
+    window_start: float | None = None
+    window_end: float | None = None
+    started_at: float | None = None  # the pass's start (the clock's), seconds since the epoch
+    common_batches: int | None = None
+    common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
     loader_batches: int | None = None
@@ -90,10 +97,12 @@ class Measurement:
     read_bytes: int  # bytes actually read from storage, all consumers
     errors: int
     batches: int
-    wall_s: float  # common start (barrier) to the last consumer's end
+    wall_s: float  # the first consumer's start to the last one's end (older: the longest own)
     first_batch_s: float | None  # slowest consumer's first batch
     samples_per_s: float  # samples / wall_s
-    steady_samples_per_s: float | None  # after warm-up batches, summed over consumers
+    # samples in the common window (every consumer measuring: the latest consumer's window
+    # start to the earliest end) / its length; older files: the sum of per-consumer rates
+    steady_samples_per_s: float | None
     mb_per_s: float
     files_per_s: float
     stages: list[StageStats]  # summed over consumers and workers
@@ -104,9 +113,24 @@ class Measurement:
     monitor: Timeline | None = None
     partial: bool = False
     failed: str | None = None  # why this measurement is no rate: stalled, most samples failed
-    # over the same steady windows as steady_samples_per_s (summed over consumers)
+    # over the same common window as steady_samples_per_s
     steady_mb_per_s: float | None = None
     steady_files_per_s: float | None = None
+    # the common window: its length (None: a consumer had none), what every consumer
+    # delivered inside it, and its length ÷ the mean of the consumers' own windows (small: the
+    # rates describe little of the run; 0: the windows did not overlap, and the window is
+    # their span, first start to last end)
+    window_s: float | None = None
+    window_samples: int | None = None
+    window_read_bytes: int | None = None
+    window_files: int | None = None
+    window_overlap: float | None = None
+    # the longest wait for a batch in any consumer's steady window (a stall the watchdog's
+    # timeout did not end), whose, when (seconds into the pass), and the median wait
+    longest_gap_s: float | None = None
+    longest_gap_rank: int | None = None
+    longest_gap_at_s: float | None = None
+    median_gap_s: float | None = None
 
 
 @dataclass
@@ -159,6 +183,14 @@ class Sizing:
     at_consumers: int | None = None  # the consumer count that gave it
     target_au: float | None = None
     rules: dict[str, float] = field(default_factory=dict)
+    # each (consumers, pass) point no figure may come from: {"consumers", "pass", "why"};
+    # with a step and none judged accelerators_fed is None (older files: not recorded)
+    not_judged: list[dict[str, Any]] = field(default_factory=list)
+
+    def judged(self, consumers: int, pass_name: str) -> bool:
+        return not any(
+            d.get("consumers") == consumers and d.get("pass") == pass_name for d in self.not_judged
+        )
 
     def label(self) -> str:
         return "valid for sizing" if self.valid else f"{NOT_VALID}: " + "; ".join(self.broken)

@@ -26,6 +26,12 @@ OTHER_LOAD_CORES = 0.25  # other processes' CPU, in cores, that disturbs a measu
 # k measured batches with w ready overstate AU and rate by up to k / (k - w); at 5 per batch
 # ready that is at most 25%
 MIN_BATCHES_PER_WORKER = 5
+# the window every consumer measured in, at least this share of their own windows' mean: the
+# consumers of a short run start and end apart, and a rate over a sliver of it describes little
+MIN_OVERLAP = 0.5
+# a wait for one batch this many times the median wait, and at least STALL_MIN_S: a stall
+STALL_FACTOR = 10
+STALL_MIN_S = 1.0
 # the rate's figure this far under the AU's: said in words (closer is measurement noise)
 RATE_DISAGREES = 0.05
 
@@ -63,17 +69,19 @@ def fed_at(m: Measurement, appetite: float, target_au: float) -> Fed:
 def accelerators_fed(
     result: ScanResult, target_au: float
 ) -> tuple[float, float | None, int, Fed] | None:
-    """The most accelerators any measured count of the first pass feeds, the spread of that
-    over its repeats (None with one repeat), the count, and its AU's and rate's figures (means
-    over the repeats); None without an emulated step. Counts whose window held too few batches
-    (:func:`short_window`) are passed over while another count has enough."""
+    """The most accelerators any judged count of the first pass feeds, the spread of that over
+    its repeats (None with one repeat), the count, and its AU's and rate's figures (means over
+    the repeats); None without an emulated step or without a judged count. A count is judged
+    when one of its repeats held enough batches in the window every consumer shared
+    (:func:`short_count`); its short repeats are left out too: a figure from a window that
+    the prefetched batches decide is not one to size by."""
     first = result.measurements[0].pass_name if result.measurements else None
     acc = result.accelerator
     ms = [m for m in result.measurements
-          if m.pass_name == first and m.au_mean is not None and not m.failed]  # fmt: skip
+          if m.pass_name == first and m.au_mean is not None and not m.failed
+          and short_window(m, result.config) is None]  # fmt: skip
     if not acc or not ms:
         return None
-    ms = [m for m in ms if short_window(m, result.config) is None] or ms
     by_count: dict[int, list[Fed]] = {}
     for m in ms:
         by_count.setdefault(m.consumers, []).append(
@@ -86,6 +94,28 @@ def accelerators_fed(
     return means.value, std, n, means
 
 
+def not_judged(result: ScanResult) -> list[dict]:
+    """Each (consumer count, pass) none of whose repeats can be judged: every repeat failed,
+    or its window held too few batches or overlapped too little; with why, in words. No
+    headline, "fed" or winner comes from these; plots mark them."""
+    out = []
+    for key in dict.fromkeys((m.consumers, m.pass_name) for m in result.measurements):
+        ms = [m for m in result.measurements if (m.consumers, m.pass_name) == key]
+        done = [m for m in ms if not m.failed and not m.partial]
+        shorts = [s for m in done if (s := short_window(m, result.config)) is not None]
+        if done and len(shorts) < len(done):
+            continue
+        if not done:
+            why = "no repeat completed"
+        elif any(thin_overlap(m) for m in done):
+            why = f"the consumers measured together for under {MIN_OVERLAP:.0%} of their windows"
+        else:
+            k, need = max(shorts)
+            why = f"{k} measured batches per consumer in the common window (needs ≥ {need})"
+        out.append({"consumers": key[0], "pass": key[1], "why": why})
+    return out
+
+
 def rate_disagrees(z: Sizing) -> bool:
     """Whether the figure is the rate's, clearly under what the AU alone would have said."""
     au, rate = z.accelerators_fed_by_au, z.accelerators_fed_by_rate
@@ -93,11 +123,21 @@ def rate_disagrees(z: Sizing) -> bool:
 
 
 def measured_batches(m: Measurement, warmup: int) -> int | None:
-    """Batches in the measured window (after ``warmup``) of the consumer with the fewest; None
-    for a measurement without per-consumer figures."""
+    """Batches in the measured window of the consumer with the fewest: inside the window every
+    consumer shared, or (older files) after ``warmup``; None for a measurement without
+    per-consumer figures."""
     if not m.per_consumer:
         return None
+    common = [c.common_batches for c in m.per_consumer]
+    if all(k is not None for k in common):
+        return min(k for k in common if k is not None)
     return max(0, min(c.batches for c in m.per_consumer) - warmup)
+
+
+def thin_overlap(m: Measurement) -> bool:
+    """Whether the consumers' windows overlapped too little (:data:`MIN_OVERLAP`) for the
+    measurement's rates to describe the run."""
+    return m.window_overlap is not None and m.window_overlap < MIN_OVERLAP
 
 
 def batches_ahead(m: Measurement, config: dict) -> int:
@@ -113,7 +153,7 @@ def short_window(m: Measurement, config: dict) -> tuple[int, int] | None:
     and rate by, else None; ``config``: the scan's (warm-up batches, loader)."""
     k = measured_batches(m, config.get("warmup_batches", 1))
     need = MIN_BATCHES_PER_WORKER * batches_ahead(m, config)
-    return (k, need) if k is not None and k < need else None
+    return (k, need) if k is not None and (k < need or thin_overlap(m)) else None
 
 
 def short_count(result: ScanResult, n: int) -> tuple[int, int] | None:
@@ -187,13 +227,37 @@ def short_rule(result: ScanResult) -> str | None:
     (k, need), m = min(short, key=lambda sm: sm[0][0] - sm[0][1])
     n, w = m.consumers, m.workers
     bs = result.config.get("batch_size")
+    at = f"at {n} consumer{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, "
+    advice = (
+        f"give it more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer "
+        "--consumers or --workers"
+    )
+    if k >= need:  # enough batches, but the consumers measured apart
+        return (
+            f"the consumers measured together for {m.window_overlap or 0:.0%} of their windows "
+            f"{at}{m.pass_name} pass (needs ≥ {MIN_OVERLAP:.0%}: its rates describe a sliver "
+            f"of the run): {advice}"
+        )
     return (
-        f"{k} measured batch{'es' if k != 1 else ''} per consumer at {n} consumer"
-        f"{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, {m.pass_name} pass "
+        f"{k} measured batch{'es' if k != 1 else ''} per consumer {at}{m.pass_name} pass "
         f"(needs ≥ {need}: {MIN_BATCHES_PER_WORKER} per batch the loader can have ready, one "
-        "per worker, or the batches prefetched before the window decide AU and rate): give it "
-        f"more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer --consumers "
-        "or --workers"
+        "per worker, in the window every consumer measured in, or the batches prefetched "
+        f"before it decide AU and rate): {advice}"
+    )
+
+
+def stalled(m: Measurement) -> str | None:
+    """A stall inside ``m``'s window (shorter than the watchdog's timeout, so the scan went
+    on), in words; None without one."""
+    gap, median = m.longest_gap_s, m.median_gap_s
+    if gap is None or median is None or gap < max(STALL_MIN_S, STALL_FACTOR * median):
+        return None
+    at = f" at {m.longest_gap_at_s:.1f} s into the pass" if m.longest_gap_at_s is not None else ""
+    n = m.consumers
+    return (
+        f"a stall: consumer {m.longest_gap_rank} waited {gap:.1f} s for one batch{at} "
+        f"({n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass, repeat {m.repeat}; the "
+        f"median wait was {median * 1e3:.0f} ms): its rates average the stall in"
     )
 
 
@@ -279,6 +343,7 @@ def broken_rules(result: ScanResult) -> list[str]:
     short = short_rule(result)
     if short:
         out.append(short)
+    out += [x for m in result.measurements if not m.failed and (x := stalled(m))]
     if result.partial or result.failure:
         out.append("the scan did not complete" + (f" ({result.failure})" if result.failure else ""))
     if any(m.failed for m in result.measurements):
@@ -291,6 +356,7 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
     fed_ = accelerators_fed(result, target_au)
     value, std, at, both = fed_ if fed_ else (None, None, None, None)
     return Sizing(
+        not_judged=not_judged(result),
         valid=not broken,
         broken=broken,
         accelerators_fed=value,
@@ -306,5 +372,6 @@ def assess(result: ScanResult, target_au: float) -> Sizing:
             "max_resident_before_cold": MAX_RESIDENT,
             "other_load_cores": OTHER_LOAD_CORES,
             "min_batches_per_worker": MIN_BATCHES_PER_WORKER,
+            "min_window_overlap": MIN_OVERLAP,
         },
     )

@@ -97,8 +97,6 @@ class StageStream(IterableDataset):
         times = BatchTimes()
         batch: list[Any] = []
         per_file = self.source.sample_is_file()
-        if self.source.kind == "shards":
-            times.files = len(units)
         decode = _decoder(self.source)
 
         def flush() -> tuple[Any, BatchTimes]:
@@ -114,12 +112,18 @@ class StageStream(IterableDataset):
             return out
 
         # views: each sample is done with (decoded, or counted and dropped) before the next
-        for raw in self.source.iter_samples(units, views=True):
+        for raw in self._samples(units):
+            if raw is None:  # a shard read to its end: a file, in the batch that finished it
+                times.files += 1
+                continue
             times.read_bytes += raw.read_bytes
             if per_file:
                 times.files += 1
             times.add("read", raw.read_s, raw.read_bytes)
-            times.read_latencies.append(raw.read_s)
+            # a sample served from bytes an earlier read call brought (a shard's 1 MiB reads
+            # hold several) waited on no read: its 0 s would be the median "read latency"
+            if raw.read_s > 0:
+                times.read_latencies.append(raw.read_s)
             if raw.error is not None or raw.data is None:
                 times.errors += 1
                 if len(times.error_list) < KEEP_ERRORS:
@@ -146,3 +150,13 @@ class StageStream(IterableDataset):
                 yield flush()
         if times.samples or times.files or times.errors:
             yield flush()
+
+    def _samples(self, units: np.ndarray) -> Iterator[Any]:
+        """The units' samples; for tar shards a None after each shard, when it was read to its
+        end (counting it when it was opened put every file in the warm-up batch)."""
+        if self.source.kind != "shards":
+            yield from self.source.iter_samples(units, views=True)
+            return
+        for i in range(len(units)):
+            yield from self.source.iter_samples(units[i : i + 1], views=True)
+            yield None

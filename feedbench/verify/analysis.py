@@ -106,6 +106,23 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
     return result
 
 
+SUPERLINEAR = 1.05  # efficiency above this is no scaling figure, measurement noise aside
+
+
+def _superlinear(last: VerifyRun, first: VerifyRun, unit: str) -> str:
+    """Efficiency over 100% (each of N ranks faster than one alone, with no data to load) says
+    the baseline ran slower, not that N scale beyond N: on CPU ranks the host's other load,
+    clocks and shared caches moved between the runs. Said, so that no one reads it as a
+    ceiling."""
+    if last.efficiency is None or last.efficiency <= SUPERLINEAR:
+        return ""
+    return (
+        f" (over 100%: each of {units(last.gpus, unit)} ran faster than the one alone; the "
+        f"{units(first.gpus, unit)} run was slowed, e.g. by other load on the host: no "
+        "ceiling to judge scaling by; repeat it on an idle host)"
+    )
+
+
 def _verdict(loader: str, runs: list[VerifyRun], threshold: float, unit: str) -> LoaderVerdict:
     if not runs:
         return LoaderVerdict(loader, f"{loader}: no complete run")
@@ -129,7 +146,7 @@ def _verdict(loader: str, runs: list[VerifyRun], threshold: float, unit: str) ->
         scale.append(f"{last.images_per_s:,.0f} img/s on {units(last.gpus, unit)}")
     if loader == SYNTHETIC:
         if last is not first and last.efficiency is not None:
-            scale.append(f"efficiency {last.efficiency:.0%}")
+            scale.append(f"efficiency {last.efficiency:.0%}" + _superlinear(last, first, unit))
         v.text = f"{loader} (compute + communication ceiling): " + ", ".join(scale)
         return v
     if last.ceiling_fraction is not None:

@@ -11,10 +11,11 @@ import pytest
 
 @pytest.fixture(scope="package")
 def scans(tmp_path_factory, dataset):
-    """Two real scans of the same images: local reads, and reads with 20 ms added per file."""
+    """Two real scans of the same images: local reads, and reads with 20 ms added per file
+    (batches of 2, one worker: 1 consumer measures 11 batches, enough to be judged)."""
     out = tmp_path_factory.mktemp("cmp")
     common = ["--consumers", "1,2", "--repeat", "2", "--stages", "read,decode", "--batch-size",
-              "4", "--no-plots"]  # fmt: skip
+              "2", "--workers", "1", "--no-plots"]  # fmt: skip
     paths = {}
     # One after the other: run side by side, the local scan's decoding saturates the cores the
     # slow scan's verdict reads, and it is rightly called CPU-bound.
@@ -33,11 +34,12 @@ def scans(tmp_path_factory, dataset):
 @pytest.fixture(scope="package")
 def stepped_scan(tmp_path_factory, dataset):
     """A real scan with an emulated accelerator step (so each repeat has its AU), the read
-    stage alone (fast): 1 and 2 consumers, 2 repeats each."""
+    stage alone (fast): 1 and 2 consumers, 2 repeats each; 1 consumer judged (7 measured
+    batches of 3, one worker), 2 consumers not (3 each): accelerators fed come from 1."""
     out = tmp_path_factory.mktemp("step") / "step.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--consumers",
-           "1,2", "--repeat", "2", "--stages", "read", "--batch-size", "4", "--step-time", "0.01",
-           "--no-plots", "--json", str(out)]  # fmt: skip
+           "1,2", "--repeat", "2", "--stages", "read", "--batch-size", "3", "--workers", "1",
+           "--step-time", "0.01", "--no-plots", "--json", str(out)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return out

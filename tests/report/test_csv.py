@@ -70,7 +70,13 @@ def test_a_scan_csv_has_each_repeat_and_their_mean(cli, stepped_scan, tmp_path):
         # the mean row: the file's curve point, and the mean of the repeat rows above it
         assert float(mean["samples/s"]) == p["samples_per_s_mean"]
         assert float(mean["AU mean (0-1)"]) == p["au_mean"]
+        judged = p["consumers"] not in {d["consumers"] for d in doc["sizing"]["not_judged"]}
+        # a point not judged gives no accelerators fed, and says why (2 consumers: 3 batches)
+        assert judged == (p["consumers"] == 1) and bool(mean["not judged (why)"]) != judged
         for k in MEASURED:
+            if k == "accelerators fed at target AU" and not judged:
+                assert mean[k] == ""
+                continue
             assert float(mean[k]) == pytest.approx(
                 statistics.fmean(float(r[k]) for r in repeats), rel=1e-12
             ), k
@@ -92,5 +98,6 @@ def test_a_failed_repeat_keeps_its_row_with_why_and_no_numbers(stepped_scan):
     assert failed["left out of the mean (why)"] == "storage stalled"
     assert [failed[k] for k in MEASURED] == [""] * len(MEASURED)
     assert (mean["repeats"], mean["failed repeats"]) == ("1", "1")
-    for k in MEASURED:
+    assert mean["not judged (why)"] and mean["accelerators fed at target AU"] == ""
+    for k in MEASURED[:-1]:  # all but accelerators fed: 2 consumers are not judged
         assert float(mean[k]) == pytest.approx(float(kept[k]), rel=1e-12), k

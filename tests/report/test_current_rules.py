@@ -85,7 +85,7 @@ def _older_schema(data: dict) -> None:
 def test_an_older_schema_file_loads_and_its_unanswerable_rules_are_not_checkable(
     cli, stepped_scan, tmp_path
 ):
-    # today's file breaks the measured-window rule (2 consumers of 24 images in batches of 4)
+    # today's file breaks the measured-window rule (2 consumers of 24 images in batches of 3)
     assert any("measured batch" in b for b in load(stepped_scan).sizing.broken)
     old = tmp_path / "old.json"
     _older(stepped_scan, old, _older_schema)

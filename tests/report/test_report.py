@@ -54,12 +54,16 @@ def test_a_scan_as_a_page_markdown_and_csv_from_its_results(cli, scans, tmp_path
     assert len([u for u in page.urls if u[0] == "img"]) == 2  # scaling, timeline (no step: no AU)
     assert "@media print" in text
     # the answer: what it delivers, the verdict, and "not valid for sizing" with every reason
-    best = max(doc["curve"], key=lambda p: p["samples_per_s_mean"])
+    # (the best judged point: one whose window held enough batches)
+    unjudged = {d["consumers"] for d in doc["sizing"]["not_judged"]}
+    assert 1 not in unjudged
+    best = max((p for p in doc["curve"] if p["consumers"] not in unjudged),
+               key=lambda p: p["samples_per_s_mean"])  # fmt: skip
     assert page.by_class["headline"] == [
         f"Delivers {fmt_rate(best['samples_per_s_mean'])} samples/s "
         f"({best['mb_per_s_mean']:,.1f} MB/s) at {best['consumers']} consumer"
-        f"{'s' if best['consumers'] != 1 else ''}, cold pass (no accelerator emulated: add "
-        "--profile or --step-time for accelerators fed)."
+        f"{'s' if best['consumers'] != 1 else ''}, cold pass (first epoch) (no accelerator "
+        "emulated: add --profile or --step-time for accelerators fed)."
     ]
     answer = flat(page.text_of["answer"])
     assert flat(doc["verdict"]["text"]) in answer and "Not valid for sizing" in answer

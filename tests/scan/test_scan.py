@@ -103,6 +103,7 @@ def test_results_file_contract_keys(dataset, tmp_path):
         "consumers", "workers", "pass_name", "repeat", "samples", "files", "read_bytes", "errors",
         "wall_s", "first_batch_s", "samples_per_s", "steady_samples_per_s", "mb_per_s",
         "files_per_s", "stages", "cache", "per_consumer", "au_mean", "au_min", "monitor",
+        "window_s", "window_samples", "window_read_bytes", "window_files", "window_overlap",
     }  # fmt: skip
     assert set(raw["curve"][0]) >= {
         "consumers", "pass_name", "repeats", "samples_per_s_mean", "samples_per_s_std", "cv",
@@ -110,7 +111,8 @@ def test_results_file_contract_keys(dataset, tmp_path):
     }  # fmt: skip
     assert set(p["per_consumer"][0]) >= {
         "rank", "samples", "data_wait_s", "sync_wait_s", "step_s", "au", "data_wait",
-        "barrier_idle_s",
+        "barrier_idle_s", "window_start", "window_end", "started_at", "common_batches",
+        "common_samples",
     }  # fmt: skip
     assert set(p["stages"][0]) >= {"name", "samples", "busy_s", "in_bytes", "samples_per_s"}
 

@@ -187,10 +187,33 @@ def test_a_window_of_too_few_batches_is_not_valid_and_names_them(cli, dataset, t
     flat = " ".join(r.out.split())
     assert rule in flat and "not valid for sizing" in flat
     assert f"(AU not judged: {measured} measured batches per consumer, needs ≥ {need}" in flat
-    # the figure stays within what the measured rate feeds
-    assert z.accelerators_fed == pytest.approx(
-        min(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)
+    # no count was judged: no figure of accelerators fed, and the terminal says why
+    assert z.accelerators_fed is None and z.at_consumers is None
+    assert z.not_judged == [
+        {
+            "consumers": 1,
+            "pass": "cold",
+            "why": (
+                f"{measured} measured batches per consumer in the common window (needs ≥ {need})"
+            ),
+        }
+    ]
+    assert (
+        "accelerators fed: not judged (no consumer count held a window to judge by: 1 "
+        f"consumer, cold: {measured} measured batches" in flat
     )
+    # nor does the page's headline, or its table, give one
+    from feedbench.report.doc_scan import answer, point_rows
+
+    result = results.load(out)
+    assert answer(result)[0].startswith("Accelerators fed: not judged")
+    ((mean, _),) = point_rows(result)
+    assert mean["fed"] is None and mean["not_judged"].startswith(f"{measured} measured")
+    from feedbench.report import scan_plots
+
+    ax = scan_plots.scaling_figure(result).axes[0]  # the point is crossed out
+    (marks,) = [c for c in ax.collections if c.get_label() == scan_plots.NOT_JUDGED_LABEL]
+    assert marks.get_offsets().tolist() == [[1, result.curve[0].samples_per_s_mean]]
 
 
 def test_a_window_of_enough_batches_breaks_no_batch_rule(dataset):

@@ -143,6 +143,20 @@ def test_dali_verdict_names_ddp_buffer_broadcast_when_fed_but_short(device, ddp,
         assert "H200" not in hint and "%" not in hint
 
 
+def test_a_synthetic_efficiency_over_100_percent_is_flagged_not_a_ceiling():
+    """verify --device cpu on 2 cores gave "2.71× on 2 processes, efficiency 135%": each rank
+    faster than one alone, with no data to load, is a slowed baseline, never a ceiling."""
+    runs = [_run("synthetic", 1, 100, 0.0), _run("synthetic", 2, 271, 0.0)]
+    r = vr.compare(_result(runs, unit="process"))
+    (v,) = r.verdicts
+    assert v.text == (
+        "synthetic (compute + communication ceiling): 2.71× on 2 processes, efficiency 136% "
+        "(over 100%: each of 2 processes ran faster than the one alone; the 1 process run was "
+        "slowed, e.g. by other load on the host: no ceiling to judge scaling by; repeat it on "
+        "an idle host)"
+    )
+
+
 def test_efficiency_and_ceiling_numbers():
     r = vr.compare(_result([VerifyRun(**vars(x)) for x in ISSUE]))
     by = {(x.loader, x.gpus): x for x in r.runs}
