@@ -68,6 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from loaders.affinity import RESERVE_CORES, loader_cores, started_on
 from loaders.base import LoaderBase
 from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
@@ -85,7 +86,18 @@ HW_DECODER_LOAD = 0.99
 # DECODE ON THE CPU (``decode="cpu"`` on a GPU): decode, random crop and resize on DALI's CPU
 # threads; DALI copies the uint8 batch to the GPU and only normalises there, so training keeps
 # the SMs and the CPU does the rest: for hosts whose GPUs are the scarce part. Off by default
-# (BENCHMARKS.md, "Where the DALI loader's last 7% goes").
+# but for small batches (SMALL BATCHES below; BENCHMARKS.md, "Where the DALI loader's last 7%
+# goes").
+# SMALL BATCHES (``decode="auto"``): at most this many images per batch are decoded on the CPU.
+# There a step is short and bound by the host thread that launches its kernels (ResNet-50 at 64 on
+# an H200: ~30 ms, the GPU ~58% busy even on synthetic data), and DALI's GPU decode, whose
+# threads drive nvJPEG and the hardware decoder through the same CUDA context, slowed the step
+# to 0.60 of the synthetic ceiling (16 threads; 0.83 with 2, 0.84 with 4), against 1.0 decoding
+# on the CPU. At 256 the GPU decode keeps 0.955-0.963, and the CPU decode, already waiting 3% of
+# the step at 64 (2,160 img/s on 16 threads), would not reach the 4,500 img/s wanted there (not
+# run). BENCHMARKS.md, "Small batches on one H200 (issue 29)"; measured at 64 and 256 only, so
+# the threshold between them is a choice.
+SMALL_BATCH = 64
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits;
@@ -156,6 +168,7 @@ class DaliLoader(LoaderBase):
         pace_lead_ms: float = LEAD_MS,
         decode: str = "auto",
         dali_augment=None,
+        reserve_cores: int = RESERVE_CORES,
         **common,
     ) -> None:
         require_dali()
@@ -169,6 +182,7 @@ class DaliLoader(LoaderBase):
         if dali_augment is not None and not callable(dali_augment):
             raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
         self.dali_augment = dali_augment
+        self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms})
         self.num_threads = max(1, workers)
         self.workers = self.num_threads  # DALI CPU threads
@@ -190,8 +204,11 @@ class DaliLoader(LoaderBase):
         if decode == "gpu" and not self.gpu:
             raise ValueError("decode='gpu' needs a CUDA device")
         # see DECODE ON THE CPU: decode, crop and resize on DALI's CPU threads, only the
-        # normalisation (after DALI's own copy to the GPU) on the GPU
+        # normalisation (after DALI's own copy to the GPU) on the GPU; "auto" picks the CPU
+        # for small batches (SMALL_BATCH)
         self.decode = "gpu" if self.gpu and decode != "cpu" else "cpu"
+        if decode == "auto" and batch_size <= SMALL_BATCH:
+            self.decode = "cpu"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []
         if index.kind == "shards":
@@ -237,16 +254,17 @@ class DaliLoader(LoaderBase):
 
         self.close()
         self._left = None
-        pipe = pipeline(checkpoint=checkpoint)
         names = ["images", "extra"] + (["source"] if self._with_source else [])
         try:
-            self._iterator = DALIGenericIterator(
-                [pipe],
-                names,
-                reader_name=READER,
-                last_batch_policy=LastBatchPolicy.FILL,
-                auto_reset=True,
-            )
+            with started_on(self._loader_cpus):  # DALI's threads start in the build (affinity)
+                pipe = pipeline(checkpoint=checkpoint)
+                self._iterator = DALIGenericIterator(
+                    [pipe],
+                    names,
+                    reader_name=READER,
+                    last_batch_policy=LastBatchPolicy.FILL,
+                    auto_reset=True,
+                )
         except RuntimeError as e:
             raise self._diagnose(e) from None
         self._dali_epoch = epoch

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
+from loaders.affinity import RESERVE_CORES, loader_cores, started_on
 from loaders.base import LoaderBase, batch_output, start_workers
 from loaders.data import SampleIndex, Skipped, remote
 from loaders.decode import CpuDecoder, DecodeError
@@ -222,6 +223,7 @@ class WorkersAcrossEpochs:
     dataloader: DataLoader
     _iter: Iterator | None = None  # the DataLoader's iterator, across epochs
     _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
+    _loader_cpus: set[int] | None = None  # where its workers run (loaders.affinity)
 
     def _epoch_items(
         self, epoch: int, count: int, start: Callable[[], None], restart: bool = False
@@ -231,7 +233,8 @@ class WorkersAcrossEpochs:
         the running iterator is at the epoch's start (to resume midway)."""
         if restart or self._iter is None or self._ready_epoch != epoch:
             start()
-            self._iter = start_workers(self.dataloader)
+            with started_on(self._loader_cpus):  # the workers and the pin-memory thread
+                self._iter = start_workers(self.dataloader)
         self._ready_epoch = None  # midway until every item of the epoch is taken
         for _ in range(count):
             yield next(self._iter)
@@ -261,11 +264,13 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         decoder: str = "auto",
         multiprocessing_context=None,
         worker_nice: int = WORKER_NICE,
+        reserve_cores: int = RESERVE_CORES,
         batch_transform=None,
         normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
         pin = self.device.type == "cuda"

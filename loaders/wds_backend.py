@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from loaders.affinity import RESERVE_CORES, loader_cores
 from loaders.base import LoaderBase, batch_output
 from loaders.data import SampleIndex, Skipped, remote, split_member_name
 from loaders.data.tar import iter_shard
@@ -333,11 +334,13 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         decoder: str = "auto",
         multiprocessing_context=None,
         worker_nice: int = WORKER_NICE,
+        reserve_cores: int = RESERVE_CORES,
         batch_transform=None,
         normalize: bool = True,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         if index.kind != "shards":
             raise LoaderError(

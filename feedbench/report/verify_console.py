@@ -124,16 +124,17 @@ def _step_table(runs: list[VerifyRun]) -> Table:
     table = Table(
         title="step time, ms (mean per step over ranks)", title_justify="left", **_TABLE_STYLE
     )
-    for col in ("loader", "N", "step", *PART_COLUMNS.values(), "busy", "p95"):
+    for col in ("loader", "N", "step", *PART_COLUMNS.values(), "busy", "p95", "slower"):
         _column(table, col)
     for r in runs:
         b = r.breakdown
         if b is None:
-            table.add_row(_name(r), str(r.gpus), *(["—"] * (len(PARTS) + 3)))
+            table.add_row(_name(r), str(r.gpus), *(["—"] * (len(PARTS) + 4)))
             continue
         ms = [b.step_s, *(getattr(b, p) for p in PARTS), b.allreduce_busy_s,
               b.step.p95_s if b.step else None]  # fmt: skip
-        table.add_row(_name(r), str(r.gpus), *(fmt_ms(x) for x in ms))
+        slower = f"{r.slowdown_s * 1e3:+.1f}" if r.slowdown_s is not None else "—"
+        table.add_row(_name(r), str(r.gpus), *(fmt_ms(x) for x in ms), slower)
     return table
 
 
@@ -143,7 +144,9 @@ def _print_sentences(result: VerifyResult, unit: str, console: Console) -> None:
         f"  N: {unit_plural(unit)}; wait: share of the step waiting for data; effic: img/s(N) ÷ "
         f"(N × img/s at the fewest {unit_plural(unit)}); ceil: img/s ÷ synthetic img/s at the "
         "same N. Step = data + fwd+bwd + reduce (all-reduce not hidden by backward) + optim + "
-        "other; busy: all the all-reduce time, mostly overlapped with backward (not in the sum)."
+        "other; busy: all the all-reduce time, mostly overlapped with backward (not in the sum); "
+        "slower: the step less its data wait, minus the synthetic ceiling's (a loader that slows "
+        "the training it feeds)."
     )
     for v in result.verdicts:
         console.print(f"[bold]{v.loader}:[/] {v.text.split(': ', 1)[-1]}")

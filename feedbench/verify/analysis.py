@@ -82,7 +82,8 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
     """Efficiency vs the fewest GPUs, fraction of the synthetic ceiling, verdicts and summary."""
     if threshold is None:
         threshold = 1 - float(result.config.get("target_au", 0.9))
-    ceiling = {r.gpus: r.images_per_s for r in ok_runs(result, SYNTHETIC)}
+    synthetic = {r.gpus: r for r in ok_runs(result, SYNTHETIC)}
+    ceiling = {g: r.images_per_s for g, r in synthetic.items()}
     for loader in loaders_in(result):
         runs = ok_runs(result, loader)
         base = runs[0] if runs else None
@@ -95,9 +96,16 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             c = ceiling.get(r.gpus)
             if c and r.images_per_s > 0:
                 r.ceiling_fraction = r.images_per_s / c
+            slowdown(r, synthetic.get(r.gpus) if loader != SYNTHETIC else None)
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
                        for loader in loaders_in(result)]  # fmt: skip
+    for v in result.verdicts:
+        last = ok_runs(result, v.loader)[-1:]
+        ceil = synthetic.get(last[0].gpus) if last and v.loader != SYNTHETIC else None
+        said = slowdown_text(last[0], ceil.breakdown.step_s) if ceil and ceil.breakdown else None
+        if said:
+            v.text += "; " + said
     for v in result.verdicts:
         hint = _broadcast_hint(v, result.config, threshold)
         if hint:
@@ -120,6 +128,43 @@ def _superlinear(last: VerifyRun, first: VerifyRun, unit: str) -> str:
         f" (over 100%: each of {units(last.gpus, unit)} ran faster than the one alone; the "
         f"{units(first.gpus, unit)} run was slowed, e.g. by other load on the host: no "
         "ceiling to judge scaling by; repeat it on an idle host)"
+    )
+
+
+# The parts of a step that are its work, not its wait for data.
+WORK_PARTS = ("forward_backward_s", "allreduce_s", "optimizer_s", "other_s")
+# A slowdown is named in the verdict from this share of the ceiling's step (run-to-run noise of
+# the synthetic ceiling at 64 per GPU on one H200 was ±4%; BENCHMARKS.md, "Small batches").
+SLOWDOWN_SHARE = 0.05
+
+
+def slowdown(run: VerifyRun, ceiling: VerifyRun | None) -> None:
+    """Fill ``run.slowdown_s`` (and per part): the step's work less the synthetic ceiling's
+    at the same GPU count; None without both breakdowns."""
+    run.slowdown_s, run.slowdown_parts_s = None, None
+    b, c = run.breakdown, ceiling.breakdown if ceiling is not None else None
+    if b is None or c is None:
+        return
+    run.slowdown_parts_s = {p: getattr(b, p) - getattr(c, p) for p in WORK_PARTS}
+    run.slowdown_s = (b.step_s - b.data_wait_s) - (c.step_s - c.data_wait_s)
+
+
+def slowdown_text(run: VerifyRun, ceiling_step_s: float) -> str | None:
+    """``the loader slows training by X ms per step (...)`` when the step's extra work, not
+    its data wait, is what the run loses to the ceiling; else None."""
+    extra, parts = run.slowdown_s, run.slowdown_parts_s
+    if extra is None or parts is None or run.breakdown is None:
+        return None
+    if extra < SLOWDOWN_SHARE * ceiling_step_s or extra <= run.breakdown.data_wait_s:
+        return None
+    named = {"forward_backward_s": "fwd+bwd", "optimizer_s": "optim", "other_s": "other",
+             "allreduce_s": "reduce"}  # fmt: skip
+    shown = [f"{named[p]} {v * 1e3:+.1f}" for p, v in parts.items()
+             if p != "allreduce_s" or abs(v) >= 5e-4]  # fmt: skip
+    return (
+        f"the loader slows training by {extra * 1e3:.1f} ms per step ({', '.join(shown)} ms "
+        f"over the synthetic ceiling's {ceiling_step_s * 1e3:.1f} ms step), more than it waits "
+        f"for data ({run.breakdown.data_wait_s * 1e3:.1f} ms)"
     )
 
 
@@ -170,6 +215,7 @@ def _verdict(loader: str, runs: list[VerifyRun], threshold: float, unit: str) ->
         )
     else:
         v.text = f"{loader}: " + ", ".join([*scale, f"data wait {fmt_wait(w_last)}"])
+    v.slowdown_s = last.slowdown_s
     return v
 
 

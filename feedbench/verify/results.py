@@ -140,6 +140,11 @@ class VerifyRun:
     speedup: float | None = None  # images/s ÷ images/s at base_gpus, same loader
     efficiency: float | None = None  # speedup × base_gpus / gpus
     ceiling_fraction: float | None = None  # images/s ÷ synthetic images/s at the same gpus
+    # how much longer a step's work (the step less its data wait) is than the synthetic
+    # ceiling's at the same gpus, s per step, and per part (forward_backward_s, allreduce_s,
+    # optimizer_s, other_s): a loader that slows the training it feeds (issue 29)
+    slowdown_s: float | None = None
+    slowdown_parts_s: dict[str, float] | None = None
     gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
     gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs
     gpu_sm_clock_mhz_min: float | None = None  # NVML, the run's GPUs, measured window
@@ -166,6 +171,7 @@ class LoaderVerdict:
     efficiency: float | None = None
     ceiling_fraction: float | None = None
     data_wait_fraction: float | None = None
+    slowdown_s: float | None = None  # the largest GPU count's (VerifyRun.slowdown_s)
 
 
 @dataclass(kw_only=True)

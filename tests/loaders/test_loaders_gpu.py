@@ -162,6 +162,19 @@ def test_dali_pace_lead_releases_the_host_before_the_step_ends(tiny_gpu):
     loader.close()
 
 
+@pytest.mark.parametrize(("batch", "decode"), [(64, "cpu"), (65, "gpu"), (256, "gpu")])
+def test_dali_auto_decodes_small_batches_on_the_cpu(tiny_gpu, batch, decode):
+    """``decode="auto"`` on a GPU: small batches (short, launch-bound steps) decode on DALI's CPU
+    threads, larger ones on the GPU (BENCHMARKS.md, "Small batches on one H200")."""
+    from loaders import build_loader
+
+    loader = build_loader(tiny_gpu["tree"], "dali", batch, image_size=32, workers=2)
+    assert loader.decode == decode
+    images, labels = next(iter(loader))[:2]
+    assert images.is_cuda and len(images) == batch
+    loader.close()
+
+
 @pytest.mark.parametrize("kind", ["tree", "shards"])
 def test_dali_cpu_decode_still_hands_over_gpu_batches(tiny_gpu, kind):
     """``decode="cpu"`` on a GPU: decode, crop and resize on DALI's CPU threads, the batch still

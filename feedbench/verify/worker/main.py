@@ -391,6 +391,10 @@ class TimedLoop:
         self.t0 = time.perf_counter()
         self.series.window_start_mono = time.monotonic()
         self.prev_end = self.clock.mark()
+        if os.environ.get("FEEDBENCH_SCHEDSTAT"):  # diagnostic: the threads' scheduling
+            from feedbench.verify.worker import schedstat
+
+            self.sched0 = schedstat.snapshot()
 
     def finish(self) -> None:
         """The end of the measured window: the last steps read, the window's length recorded."""
@@ -398,6 +402,17 @@ class TimedLoop:
         if self.t0 is not None:
             self.series.window_s = time.perf_counter() - self.t0
             self.series.window_end_mono = time.monotonic()
+        if getattr(self, "sched0", None) is not None:
+            from feedbench.verify.worker import schedstat
+
+            folder = os.environ["FEEDBENCH_SCHEDSTAT"]
+            os.makedirs(folder, exist_ok=True)
+            name = f"{self.args.loader}-b{self.args.batch_size}-{os.getpid()}.json"
+            extra = {"loader": self.args.loader, "options": self.args.option,
+                     "workers": self.args.workers, "window_s": self.series.window_s,
+                     "cpus": self.series.cpus}  # fmt: skip
+            schedstat.write(os.path.join(folder, name), self.sched0, schedstat.snapshot(),
+                            self.args.steps, extra)  # fmt: skip
         while self.pending:
             self.record(self.pending.popleft())
         if self.rank.cuda:

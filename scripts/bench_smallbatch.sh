@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Small batches on one H200 (issue 29): does a loader slow the training step it feeds?
+# ResNet-50 bf16, DDP defaults, 1 GPU, 8,192 ImageNet-like JPEGs (made here on first use).
+#
+# Machine: run-tool kind nvidia-h200, DALI and webdataset carried in parts and
+# `. scripts/device_env.sh` sourced first (../shared/device/README.md). From the repository root:
+#
+#   scripts/bench_smallbatch.sh diag        # 64 per GPU: one thing varied at a time, 1 run each,
+#                                           # and the defaults at 256; thread scheduling of the
+#                                           # training process (FEEDBENCH_SCHEDSTAT) to RUNS/sched
+#   VARIANTS="name|batch|loader|options;..." scripts/bench_smallbatch.sh list   # one run each
+#   scripts/bench_smallbatch.sh check B     # the defaults a user gets at B per GPU (64, 256):
+#                                           # REPEAT (default 3) verify runs of synthetic,
+#                                           # torch, dali, wds (~40 s a run: ~8 min for 3)
+#
+# Environment: PY (default python3), DATA (default /tmp/fb8k), OUT (default $OUT, else
+# results/), STEPS (default 150), REPEAT. Tables: scripts/verify_table.py OUT/runs/*.json.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+DATA=${DATA:-/tmp/fb8k}
+OUT=${OUT:-results}
+# the run tool returns only the first few files of a call, in name order: every result goes under
+# OUT/runs/, and all of it, tarred after each run, to OUT/0-smallbatch.tar.gz (named to come first)
+RUNS=$OUT/runs
+STEPS=${STEPS:-150}
+MODE=${1:-diag}
+mkdir -p "$RUNS"
+if [ ! -f "$DATA/feedbench-sample.json" ]; then
+  "$PY" -m feedbench.cli sample "$DATA" --images 8192 --seed 0 --per-shard 256 >/dev/null
+fi
+COMMON=(--gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 150 --no-plots
+  --warmup 30)
+
+one() {  # one() NAME BATCH LOADER [options...]: one verify run to OUT/NAME.json
+  local name=$1 batch=$2 loader=$3
+  shift 3
+  local extra=(--no-synthetic)
+  [ "$loader" = synthetic ] && extra=()
+  local t0=$SECONDS
+  "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$batch" --steps "$STEPS" \
+    --loader "$loader" "${extra[@]}" "$@" --json "$RUNS/$name.json" \
+    | grep -E "^($loader|error)" | sed "s/^/$name: /" || true
+  echo "$name: $((SECONDS - t0)) s"
+  # everything so far in one file (the run tool returns a few files per call; a call cut
+  # short by its time limit still returns this)
+  tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+}
+
+case "$MODE" in
+  diag)
+    nproc
+    cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list || true
+    export FEEDBENCH_SCHEDSTAT=$RUNS/sched
+    one b64-synthetic 64 synthetic
+    one b64-torch-r0 64 torch -o torch:reserve_cores=0
+    one b64-torch-r2 64 torch -o torch:reserve_cores=2
+    one b64-dali-r0 64 dali -o dali:reserve_cores=0
+    one b64-dali-r2 64 dali -o dali:reserve_cores=2
+    one b64-wds-r0 64 wds -o wds:reserve_cores=0
+    one b64-wds-r2 64 wds -o wds:reserve_cores=2
+    one b64-torch-r2-w8 64 torch --workers 8 -o torch:reserve_cores=2
+    one b64-dali-r2-w4 64 dali --workers 4 -o dali:reserve_cores=2
+    one b64-dali-r2-nolead 64 dali -o dali:reserve_cores=2 -o dali:pace_lead_ms=0
+    one b64-dali-r2-pace0 64 dali -o dali:reserve_cores=2 -o dali:pace=0
+    one b64-torch-r4 64 torch -o torch:reserve_cores=4
+    one b64-synthetic-2 64 synthetic
+    STEPS=100 one b256-synthetic 256 synthetic
+    STEPS=100 one b256-torch-r2 256 torch -o torch:reserve_cores=2
+    STEPS=100 one b256-dali-r2 256 dali -o dali:reserve_cores=2
+    STEPS=100 one b256-wds-r2 256 wds -o wds:reserve_cores=2
+    ;;
+  list)  # VARIANTS="name|batch|loader|options;..." one run each, in order
+    export FEEDBENCH_SCHEDSTAT=$RUNS/sched
+    IFS=';' read -ra ROWS <<< "$VARIANTS"
+    for row in "${ROWS[@]}"; do
+      IFS='|' read -r name batch loader opts <<< "$row"
+      # shellcheck disable=SC2086
+      one "$name" "$batch" "$loader" $opts
+    done
+    ;;
+  check)
+    B=${2:-64}
+    for r in $(seq 1 "${REPEAT:-3}"); do
+      t0=$SECONDS
+      "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$B" --steps "$STEPS" \
+        --loader torch,dali,wds --json "$RUNS/check-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds)" || true
+      echo "repeat $r: $((SECONDS - t0)) s"
+      tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+    done
+    ;;
+  *)
+    echo "usage: $0 diag|check B" >&2
+    exit 2
+    ;;
+esac
+"$PY" scripts/verify_table.py "$RUNS"/*.json || true
+tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
