@@ -54,7 +54,12 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
         index = once_per_machine(
             info.local_rank, target, lambda: open_index(source, fmt), SampleIndex.save, own=own
         )
-        return index if index is not None else _checked(SampleIndex.load(target), listed, target)
+        if index is not None:
+            return index
+        index = _checked(SampleIndex.load(target), listed, target)
+        if own:
+            _loaded(target, info.local_rank, info.local_world_size)
+        return index
     index = open_index(source, fmt)
     if target is not None:
         index.save(target)
@@ -118,6 +123,18 @@ def once_per_machine(
         raise
     save(value, target)
     return value
+
+
+def _loaded(target: str, local_rank: int, local_world: int) -> None:
+    """This rank mapped the job's index: the last of the machine's other ranks to do so
+    removes the file (mapped, it stays readable), as ranks started by multiprocessing leave
+    without running local rank 0's exit handler."""
+    _write_atomic(f"{target}.loaded.{local_rank}", "")
+    folder, name = os.path.split(target)
+    done = [f for f in os.listdir(folder) if f.startswith(name + ".loaded.")]
+    if len(done) >= local_world - 1:
+        forget(target)
+        _remove([os.path.join(folder, f) for f in done])
 
 
 def forget(target: str) -> None:

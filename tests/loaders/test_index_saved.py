@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,6 +85,11 @@ def _rank(rank: int, world: int, tree: str, out: str) -> None:
         real = index_module.locate
         index_module.locate = lambda *a, **k: calls.append(a) or real(*a, **k)
         loader = build_loader(tree, "torch", 4, workers=0, train=False, return_keys=True)
+        if rank == 0:
+            from loaders.data.index import listed_as
+            from loaders.index_once import job_path
+
+            (Path(out) / "job").write_text(job_path(listed_as(tree, "auto"), ".npz"))
         keys = [int(k) for _, _, ks in loader for k in ks]
         with open(f"{out}/rank{rank}", "w") as f:
             f.write(f"{len(calls)} {' '.join(map(str, keys))}")
@@ -97,7 +103,7 @@ def test_ranks_of_one_machine_list_once(dataset_copy, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     mp.start_processes(_rank, args=(2, str(dataset_copy / "images"), str(out)), nprocs=2,
-                       start_method="spawn")  # fmt: skip
+                       start_method="forkserver")  # fmt: skip
     listings, keys = [], []
     for r in range(2):
         calls, *ks = (out / f"rank{r}").read_text().split()
