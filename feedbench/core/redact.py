@@ -1,9 +1,10 @@
 """Credentials never leave the process: what is shown, written or drawn goes through here.
 
-A URL's password and its query-string signatures and tokens (:func:`loaders.data.redact_url`),
-and the value of every environment variable whose name says it is secret (``*SECRET*``,
-``*TOKEN*``, ``*PASSWORD*``, ``*KEY*``, ``*CREDENTIAL*``), are replaced by ``***`` in any text;
-:func:`scrub` does it to every string of a results object.
+A URL's password and its query-string signatures and tokens (found by parsing, whatever quotes
+a password holds: :mod:`loaders.data.redaction`), and the value of every environment variable
+whose name says it is secret (``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*KEY*``,
+``*CREDENTIAL*``; as written and as percent-encoded in a URL), are replaced by ``***`` in any
+text; :func:`scrub` does it to every string of a results object.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import dataclasses
 import os
 import re
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from feedbench.core.files import write_atomic
-from loaders.data.remote import redact_url
+from loaders.data.redaction import MASK, redact_text
 
-MASK = "***"
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.I)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _MIN_SECRET = 4  # shorter values would mask ordinary words and digits
 
 
@@ -27,6 +27,7 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     after it)."""
     env = os.environ if environ is None else environ
     values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
+    values |= {quote(v, safe="") for v in values} | {quote_plus(v) for v in values}  # in URLs
     return sorted(values, key=len, reverse=True)
 
 
@@ -34,7 +35,7 @@ def scrub_text(text: str, secrets: list[str] | None = None) -> str:
     """``text`` with URL credentials and secret values masked."""
     if not text:
         return text
-    out = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    out = redact_text(text)
     for value in secret_values() if secrets is None else secrets:
         out = out.replace(value, MASK)
     return out
