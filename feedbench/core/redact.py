@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, quote_plus
 
@@ -45,15 +46,23 @@ def scrub(obj: Any, secrets: list[str] | None = None) -> Any:
     """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with every string
     scrubbed; other values as they are."""
     secrets = secret_values() if secrets is None else secrets
+    return map_strings(obj, lambda text: scrub_text(text, secrets))
+
+
+def map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with ``fn`` applied to
+    every string, dict keys included; a string ``fn`` leaves equal stays the very object (a
+    ``str`` enum stays an enum)."""
     if isinstance(obj, str):
-        return scrub_text(obj, secrets)
+        new = fn(obj)
+        return obj if new == obj else new
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: scrub(getattr(obj, f.name), secrets) for f in dataclasses.fields(obj)}
+        changes = {f.name: map_strings(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)}
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, dict):
-        return {scrub(k, secrets): scrub(v, secrets) for k, v in obj.items()}
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(scrub(v, secrets) for v in obj)
+        return type(obj)(map_strings(v, fn) for v in obj)
     return obj
 
 
