@@ -379,8 +379,6 @@ def load(
             f"this feedbench reads {SCHEMA_VERSION}"
         )
     try:
-        if data.get("host") is None:  # every writer records it; every renderer reads it
-            raise SchemaMismatch("host", "an object", None)
         return from_dict(cls, data)
     except SchemaMismatch as e:
         raise FeedbenchError(f"{path}: {e}") from None

@@ -33,7 +33,8 @@ def load_scan(
     if data is None:
         data = envelope.read(path)
     result = scan_results.load(path, data)
-    try:  # the rules below read the config: its values checked like the file's own fields
+    try:  # the rules below read the config and host: checked like the file's own fields
+        envelope.check_fields({"host": envelope.HostInfo}, data, "", ("host",))
         hints = typing.get_type_hints(ScanConfig)
         envelope.check_fields(hints, result.config, "config", ("stages", "batch_size"))
     except envelope.SchemaMismatch as e:

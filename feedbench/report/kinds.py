@@ -48,8 +48,9 @@ def load_any(path: str | os.PathLike[str]) -> tuple[str, Any]:
     if kind == "scan":  # judged by today's sizing rules, whichever feedbench wrote it
         return kind, load_scan(path, data)[0]
     result = envelope.load(path, kind, KINDS[kind][0], data)
-    if kind == "verify":  # the renderers read its config: checked like the file's own fields
+    if kind == "verify":  # the renderers read its config and host: checked like its fields
         try:
+            envelope.check_fields({"host": envelope.HostInfo}, data, "", ("host",))
             envelope.check_fields(_verify_config_types(), result.config, "config")
         except envelope.SchemaMismatch as e:
             raise FeedbenchError(f"{path}: {e}") from None
