@@ -120,10 +120,13 @@ class Outputs:
 
 def error_line(e: FeedbenchError) -> None:
     from feedbench.core.redact import scrub_text
+    from feedbench.report.fmt import visible  # a name in a message: one line, colouring nothing
 
     if e.details:
-        err.print(scrub_text(e.details), markup=False, highlight=False, soft_wrap=True)
-    err.print(f"error: {scrub_text(str(e))}", markup=False, highlight=False, soft_wrap=True)
+        details = "\n".join(visible(line) for line in scrub_text(e.details).split("\n"))
+        err.print(details, markup=False, highlight=False, soft_wrap=True)
+    line = f"error: {visible(scrub_text(str(e)))}"
+    err.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import gzip
 import importlib.metadata
 import importlib.util
 import json
@@ -213,35 +214,136 @@ def to_dict(obj: Any) -> dict[str, Any]:
     return dataclasses.asdict(obj)
 
 
-def _build(tp: Any, value: Any) -> Any:
-    """Rebuild a value of (possibly generic / optional / dataclass) type ``tp`` from JSON."""
-    if value is None:
-        return None
+class SchemaMismatch(ValueError):
+    """A results file's value that its dataclass field's type does not allow: where (a path
+    like ``measurements[0].samples_per_s_mean``), and what was expected instead."""
+
+    def __init__(self, where: str, expected: str, value: Any = None) -> None:
+        said = expected if expected == "missing" else f"expected {expected}, got {_got(value)}"
+        super().__init__(f"{where or 'the file'}: {said}")
+
+
+def _got(value: Any) -> str:
+    if value is None or isinstance(value, (dict, list)):
+        return "null" if value is None else "an object" if isinstance(value, dict) else "a list"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+_EXPECTED = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _build(tp: Any, value: Any, where: str = "") -> Any:
+    """Rebuild a value of (possibly generic / optional / dataclass) type ``tp`` from JSON,
+    checking it against ``tp`` on the way: the dataclasses' type hints are the results
+    schema (one per kind and version, never apart from the code that writes it)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return _build(args[0], value) if len(args) == 1 else value
-    if origin is list:
-        (inner,) = typing.get_args(tp) or (Any,)
-        return [_build(inner, v) for v in value]
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _build(rest[0], value, where)
+        for arg in rest:
+            with contextlib.suppress(SchemaMismatch):
+                return _build(arg, value, where)
+        raise SchemaMismatch(where, " or ".join(_expected(a) for a in rest), value)
+    if tp is Any:
+        return value
+    if not isinstance(value, _json_type(tp)) or (tp in (int, float) and isinstance(value, bool)):
+        raise SchemaMismatch(where, _expected(tp), value)
+    if origin is tuple and ... not in typing.get_args(tp):  # tuple[X, Y]: a list of two
+        args = typing.get_args(tp)
+        if len(value) != len(args):
+            raise SchemaMismatch(where, f"a list of {len(args)}", value)
+        pairs = enumerate(zip(args, value, strict=True))
+        return tuple(_build(a, v, f"{where}[{i}]") for i, (a, v) in pairs)
+    if origin in (list, tuple):  # tuple[X, ...]: a list in JSON
+        inner = (typing.get_args(tp) or (Any,))[0]
+        return origin(_build(inner, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin is dict:
         key, inner = typing.get_args(tp) or (str, Any)
         # JSON keys are strings: dict[int, ...] gets its int keys back
-        return {(int(k) if key is int else k): _build(inner, v) for k, v in value.items()}
+        return {_key(key, k, where): _build(inner, v, _at(where, k)) for k, v in value.items()}
     if dataclasses.is_dataclass(tp):
-        return from_dict(tp, value)
+        return from_dict(tp, value, where)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(value)
-    if tp is float and isinstance(value, int):
-        return float(value)
-    return value
+        try:
+            return tp(value)
+        except ValueError:
+            raise SchemaMismatch(where, _expected(tp), value) from None
+    return float(value) if tp is float else value
 
 
-def from_dict(cls: type, data: dict[str, Any]) -> Any:
+def _json_type(tp: Any) -> type | tuple[type, ...]:
+    """The JSON (Python) type a value of ``tp`` is read from."""
+    origin = typing.get_origin(tp) or tp
+    if dataclasses.is_dataclass(origin):
+        return dict
+    if isinstance(origin, type) and issubclass(origin, enum.Enum):
+        return (str, int, float)
+    return (int, float) if origin is float else list if origin is tuple else origin
+
+
+def _expected(tp: Any) -> str:
+    origin = typing.get_origin(tp) or tp
+    if origin is type(None):
+        return "null"
+    if isinstance(origin, type) and issubclass(origin, enum.Enum):
+        return "one of " + ", ".join(repr(m.value) for m in origin)
+    if origin in (list, tuple):
+        return "a list"
+    if origin is dict or dataclasses.is_dataclass(origin):
+        return "an object"
+    return _EXPECTED.get(origin, getattr(origin, "__name__", str(origin)))
+
+
+def _at(where: str, key: Any) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def _key(tp: Any, key: str, where: str) -> Any:
+    if tp is not int:
+        return key
+    try:
+        return int(key)
+    except ValueError:
+        raise SchemaMismatch(_at(where, key), "an integer key", key) from None
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "") -> Any:
+    """An instance of the dataclass ``cls`` from its JSON object, every field checked against
+    its type (:class:`SchemaMismatch` names the first that is not); keys it does not know are
+    left out (a newer feedbench's additions)."""
+    if not isinstance(data, dict):
+        raise SchemaMismatch(where, "an object", data)
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: _build(hints[k], v) for k, v in data.items() if k in names}
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in data:
+            kwargs[f.name] = _build(hints[f.name], data[f.name], _at(where, f.name))
+        elif f.init and _required(f):
+            raise SchemaMismatch(_at(where, f.name), "missing")
     return cls(**kwargs)
+
+
+def check_fields(
+    hints: dict[str, Any], data: dict[str, Any], where: str, required: tuple[str, ...] = ()
+) -> None:
+    """Check a results file's object that is stored as a dict (a scan's ``config``) against
+    the types it was made with (``typing.get_type_hints`` of its dataclass): each key that
+    ``hints`` names, by its type; ``required``: the keys it must have (older files lack
+    newer fields)."""
+    for key in required:
+        if key not in data:
+            raise SchemaMismatch(_at(where, key), "missing")
+    for key in hints.keys() & data.keys():
+        _build(hints[key], data[key], _at(where, key))
+
+
+def _required(f: dataclasses.Field) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def save(result: Any, path: str | os.PathLike[str]) -> None:
@@ -258,13 +360,19 @@ def save(result: Any, path: str | os.PathLike[str]) -> None:
 def read(path: str | os.PathLike[str]) -> dict[str, Any]:
     """A results file's JSON, of any kind (``data["kind"]``, default "scan"), or one clear error."""
     try:
-        data = json.loads(Path(path).read_text())
+        raw = Path(path).read_bytes()
+        if raw[:2] == b"\x1f\x8b":  # gzipped, as benchmarks/ keeps the larger ones
+            raw = gzip.decompress(raw)
+        data = json.loads(raw.decode())
     except FileNotFoundError as e:
         raise FeedbenchError(f"no such results file: {path}") from e
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FeedbenchError(f"{path} is not a feedbench results file: {e}") from e
     if not isinstance(data, dict) or "schema_version" not in data:
         raise FeedbenchError(f"{path} is not a feedbench results file (no schema_version)")
+    for key, tp in (("schema_version", int), ("kind", str)):
+        if key in data and (not isinstance(data[key], tp) or isinstance(data[key], bool)):
+            raise FeedbenchError(f"{path}: {SchemaMismatch(key, _expected(tp), data[key])}")
     return data
 
 
@@ -287,5 +395,7 @@ def load(
         )
     try:
         return from_dict(cls, data)
-    except (TypeError, KeyError, ValueError) as e:
+    except SchemaMismatch as e:
+        raise FeedbenchError(f"{path}: {e}") from None
+    except (TypeError, ValueError) as e:  # a dataclass's own check of the values it was given
         raise FeedbenchError(f"{path} does not match the {kind} results schema: {e}") from e

@@ -1,9 +1,10 @@
 """Credentials never leave the process: what is shown, written or drawn goes through here.
 
-A URL's password and its query-string signatures and tokens (:func:`loaders.data.redact_url`),
-and the value of every environment variable whose name says it is secret (``*SECRET*``,
-``*TOKEN*``, ``*PASSWORD*``, ``*KEY*``, ``*CREDENTIAL*``), are replaced by ``***`` in any text;
-:func:`scrub` does it to every string of a results object.
+A URL's password and its query-string signatures and tokens (found by parsing, whatever quotes
+a password holds: :mod:`loaders.data.redaction`), and the value of every environment variable
+whose name says it is secret (``*SECRET*``, ``*TOKEN*``, ``*PASSWORD*``, ``*KEY*``,
+``*CREDENTIAL*``; as written and as percent-encoded in a URL), are replaced by ``***`` in any
+text; :func:`scrub` does it to every string of a results object.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from feedbench.core.files import write_atomic
-from loaders.data.remote import redact_url
+from loaders.data.redaction import MASK, redact_text
 
-MASK = "***"
 _SECRET_NAME = re.compile(r"SECRET|TOKEN|PASSWORD|PASSWD|KEY|CREDENTIAL", re.I)
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
 _MIN_SECRET = 4  # shorter values would mask ordinary words and digits
 
 
@@ -27,6 +28,7 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     after it)."""
     env = os.environ if environ is None else environ
     values = {v for k, v in env.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET}
+    values |= {quote(v, safe="") for v in values} | {quote_plus(v) for v in values}  # in URLs
     return sorted(values, key=len, reverse=True)
 
 
@@ -34,7 +36,7 @@ def scrub_text(text: str, secrets: list[str] | None = None) -> str:
     """``text`` with URL credentials and secret values masked."""
     if not text:
         return text
-    out = _URL.sub(lambda m: redact_url(m.group(0)), text)
+    out = redact_text(text)
     for value in secret_values() if secrets is None else secrets:
         out = out.replace(value, MASK)
     return out
@@ -44,15 +46,23 @@ def scrub(obj: Any, secrets: list[str] | None = None) -> Any:
     """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with every string
     scrubbed; other values as they are."""
     secrets = secret_values() if secrets is None else secrets
+    return map_strings(obj, lambda text: scrub_text(text, secrets))
+
+
+def map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+    """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with ``fn`` applied to
+    every string, dict keys included; a string ``fn`` leaves equal stays the very object (a
+    ``str`` enum stays an enum)."""
     if isinstance(obj, str):
-        return scrub_text(obj, secrets)
+        new = fn(obj)
+        return obj if new == obj else new
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: scrub(getattr(obj, f.name), secrets) for f in dataclasses.fields(obj)}
+        changes = {f.name: map_strings(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)}
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, dict):
-        return {scrub(k, secrets): scrub(v, secrets) for k, v in obj.items()}
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(scrub(v, secrets) for v in obj)
+        return type(obj)(map_strings(v, fn) for v in obj)
     return obj
 
 

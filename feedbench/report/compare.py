@@ -67,7 +67,7 @@ class Column:
     accelerator_samples_per_s: float | None = None  # one emulated accelerator's appetite
     # the system under test as the scan's own report describes it: (what, value) pairs, and
     # what makes the numbers not the system's own (slowed on purpose, partial)
-    system_facts: list[list[str]] = field(default_factory=list)
+    system_facts: list[tuple[str, str]] = field(default_factory=list)
     system_flags: list[str] = field(default_factory=list)
     # consumer counts of this pass not judged (too few batches in the common window): shown,
     # never the best or a ranking's leader
@@ -196,7 +196,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         storage=_storage(result),
         described=cfg.get("describe"),
         accelerator_samples_per_s=acc.get("samples_per_s") if acc else None,
-        system_facts=[list(f) for f in facts],
+        system_facts=[(what, value) for what, value in facts],
         system_flags=flags,
         not_judged=_not_judged(result, pass_name),
     )

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.compare import Column, Comparison, SystemRow
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, supported_text
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, plain, shown, supported_text
 from feedbench.scan.results import CurvePoint
 
 
 def render_compare(cmp: Comparison, console: Console) -> None:
     """A :class:`feedbench.report.compare.Comparison` as tables and sentences."""
+    cmp = shown(cmp)  # names and labels from the data: one line each, never markup
     console.print(
-        f"[bold]comparing {len(cmp.columns)} scans[/], {cmp.pass_name} pass "
+        f"[bold]comparing {len(cmp.columns)} scans[/], {plain(cmp.pass_name)} pass "
         "(samples/s after warm-up, mean ± std over repeats)"
     )
     console.print(_setup_table(cmp.columns))
@@ -39,7 +39,7 @@ def _systems_table(cols: list[Column]) -> Table:
         )
     for c, r in rows:
         cells = [
-            c.label,
+            plain(c.label),
             fed_text(r.accelerators_fed, r.accelerators_fed_std),
             str(r.consumers or "—"),
             *[supported_text(c.supported_consumers, c.supported_at_least)] * found,
@@ -69,9 +69,9 @@ def _setup_table(cols: list[Column]) -> Table:
     table = Table(title="setups", title_justify="left")
     table.add_column("")
     for c in cols:
-        table.add_column(c.label)
+        table.add_column(plain(c.label))
     for name, values in _setup_rows(cols):
-        table.add_row(name, *values)
+        table.add_row(name, *(plain(v) for v in values))
     return table
 
 
@@ -107,13 +107,13 @@ def _throughput_table(cmp: Comparison) -> Table:
     table = Table(title="throughput by consumer count", title_justify="left")
     table.add_column("N", justify="right")
     for c in cols:
-        table.add_column(c.label, justify="right")
+        table.add_column(plain(c.label), justify="right")
     for n in cmp.counts:
         have = [c.points[n].samples_per_s_mean for c in cols if n in c.points]
         top = max(have) if len(have) > 1 else None
         table.add_row(str(n), *(_rate_cell(c.points.get(n), top) for c in cols))
     table.add_section()
-    table.add_row("bound", *[f"{c.bound} ({c.resource})" if c.bound else "—" for c in cols])
+    table.add_row("bound", *[plain(f"{c.bound} ({c.resource})") if c.bound else "—" for c in cols])
     table.add_row("feeds", *[_feeds_cell(c) for c in cols])
     return table
 
@@ -138,22 +138,22 @@ def _feeds_cell(c: Column) -> str:
     """Accelerators fed at the target AU (a fraction), else the appetite ratio, else a dash."""
     r = c.system
     if r is not None and r.accelerators_fed is not None:
-        return f"{fed_text(r.accelerators_fed, r.accelerators_fed_std)} × {c.accelerator}"
+        return f"{fed_text(r.accelerators_fed, r.accelerators_fed_std)} × {plain(c.accelerator)}"
     if c.feeds_accelerators and c.accelerator:
-        return f"≈ {c.feeds_accelerators:.1f} × {c.accelerator}"
+        return f"≈ {c.feeds_accelerators:.1f} × {plain(c.accelerator)}"
     return "—"
 
 
 def _print_sentences(cmp: Comparison, console: Console) -> None:
     """The rankings, the summary, each scan's verdict, and the warnings."""
     if cmp.winner:
-        console.print(f"[bold]{escape(cmp.winner)}[/]")
+        console.print(f"[bold]{plain(cmp.winner)}[/]")
     for r in cmp.rankings:
         console.print(r.text, markup=False)
     for line in cmp.summary:
         console.print(line, markup=False)
     for c in cmp.columns:
         if c.verdict:
-            console.print(f"[bold]{c.label}:[/] {c.verdict}")
+            console.print(f"[bold]{plain(c.label)}:[/] {plain(c.verdict)}")
     for w in cmp.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {plain(w)}")

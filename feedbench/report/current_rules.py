@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import math
 import os
+import typing
 from typing import Any
 
 from feedbench.core import envelope
+from feedbench.core.errors import FeedbenchError
 from feedbench.report.fmt import fed_text
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
@@ -31,6 +33,12 @@ def load_scan(
     if data is None:
         data = envelope.read(path)
     result = scan_results.load(path, data)
+    try:  # the rules below read the config and host: checked like the file's own fields
+        envelope.check_fields({"host": envelope.HostInfo}, data, "", ("host",))
+        hints = typing.get_type_hints(ScanConfig)
+        envelope.check_fields(hints, result.config, "config", ("stages", "batch_size"))
+    except envelope.SchemaMismatch as e:
+        raise FeedbenchError(f"{path}: {e}") from None
     # a file without tool_version loads as this version's: the raw JSON says who wrote it
     return result, rejudge(result, str(path), data.get("tool_version"))
 

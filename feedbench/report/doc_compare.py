@@ -8,7 +8,7 @@ from pathlib import Path
 
 from feedbench.report.compare import Column, Comparison
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, fmt_s, supported_text
+from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, supported_text
 from feedbench.scan.results import NOT_VALID
 
 
@@ -66,7 +66,7 @@ def answer(cmp: Comparison) -> list[str]:
         r = c.system
         if r is not None and r.accelerators_fed is not None:
             lines.append(f"{c.label}: feeds {fed_text(r.accelerators_fed, r.accelerators_fed_std)}"
-                         f" accelerators ({c.accelerator}) at AU ≥ {r.target_au:.0%}"
+                         f" accelerators ({c.accelerator}) at AU ≥ {fmt_pct(r.target_au)}"
                          + (f", ${r.usd_per_accelerator_fed:,.0f} per accelerator fed"
                             if r.usd_per_accelerator_fed else "") + ".")  # fmt: skip
     return lines

@@ -1,6 +1,43 @@
-"""Numbers into words for people: rates, durations, sizes, shares. Only ever used to render."""
+"""Numbers into words for people: rates, durations, sizes, shares; and text from the data (file
+names, labels, messages quoting them) made safe to show. Only ever used to render."""
 
 from __future__ import annotations
+
+import re
+from typing import Any
+
+from rich.markup import escape
+
+from feedbench.core.redact import map_strings
+
+# C0 and C1 controls (line breaks, ESC), the Unicode line and paragraph separators, and the
+# bidirectional overrides that reorder what follows them on screen
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(m: re.Match[str]) -> str:
+    c = m.group()
+    return _NAMED.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character written as its escape (``\\n``, ``\\x1b``): a
+    file named ``x.jpg\\nverdict: …`` shows as one name, never as a line of its own, and
+    colours nothing."""
+    return _CONTROL.sub(_escaped, text)
+
+
+def shown(result: Any) -> Any:
+    """A copy of a results object with :func:`visible` applied to every string: what every
+    renderer (console, HTML, Markdown, CSV) starts from."""
+    return map_strings(result, visible)
+
+
+def plain(text: Any) -> str:
+    """Text from the data for a rich console string: control characters visible, and any
+    ``[bold]`` in it shown as written, not read as markup."""
+    return escape(visible(str(text)))
 
 
 def fmt_rate(x: float | None) -> str:

@@ -4,6 +4,7 @@ into a document (for the HTML page, the Markdown and the CSV)."""
 from __future__ import annotations
 
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from feedbench.report import (
 )
 from feedbench.report.current_rules import load_scan
 from feedbench.report.doc import Document
+from feedbench.report.fmt import shown
 from feedbench.scan import results as scan_results
 from feedbench.verify import results as verify_results
 
@@ -45,7 +47,24 @@ def load_any(path: str | os.PathLike[str]) -> tuple[str, Any]:
         raise FeedbenchError(f"{path} holds {kind!r} results: report reads {', '.join(KINDS)}")
     if kind == "scan":  # judged by today's sizing rules, whichever feedbench wrote it
         return kind, load_scan(path, data)[0]
-    return kind, envelope.load(path, kind, KINDS[kind][0], data)
+    result = envelope.load(path, kind, KINDS[kind][0], data)
+    if kind == "verify":  # the renderers read its config and host: checked like its fields
+        try:
+            envelope.check_fields({"host": envelope.HostInfo}, data, "", ("host",))
+            envelope.check_fields(_verify_config_types(), result.config, "config")
+        except envelope.SchemaMismatch as e:
+            raise FeedbenchError(f"{path}: {e}") from None
+    return kind, result
+
+
+def _verify_config_types() -> dict[str, Any]:
+    """A verify's config: its :class:`VerifyConfig`, and what planning added to it."""
+    from feedbench.verify.config import VerifyConfig
+
+    added = {"options_per_loader": dict[str, dict[str, Any]], "sources": dict[str, str],
+             "loader_code": dict[str, Any], "loaders": list[str],
+             "ddp_options": dict[str, Any]}  # fmt: skip
+    return typing.get_type_hints(VerifyConfig) | added
 
 
 def render(kind: str, result: Any, console: Console) -> None:
@@ -74,4 +93,4 @@ def document(kind: str, result: Any, source: str) -> Document:
     build = {"scan": doc_scan.scan_document, "verify": doc_verify.verify_document,
              "compare": doc_compare.compare_document,
              "prediction": prediction.prediction_document}[kind]  # fmt: skip
-    return build(result, source)
+    return build(shown(result), source)  # names from the data: control characters visible

@@ -4,21 +4,42 @@ Plain CommonMark plus pipe tables (GitHub, GitLab, Confluence, pandoc all read t
 
 from __future__ import annotations
 
+import re
+
 from feedbench.report.doc import Document, Table
+from feedbench.report.fmt import visible
+
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+
+
+def _text(text: str) -> str:
+    """Text as Markdown shows it, never as markup it runs: control characters visible (a name
+    cannot start a line of its own), backslashes kept, ``<``, ``>`` and ``&`` as entities (no
+    raw HTML from a path, a label or a results file reaches the page)."""
+    text = visible(text).replace("\\", "\\\\")
+    return re.sub("[&<>]", lambda m: _HTML[m.group()], text)
 
 
 def _cell(text: str) -> str:
-    """A table cell's text: pipes escaped and line breaks folded, so the row stays one row."""
-    return " ".join(text.replace("\\", "\\\\").replace("|", "\\|").split())
+    """A table cell's text: as :func:`_text`, pipes escaped, so the row stays one row."""
+    return " ".join(_text(text).replace("|", "\\|").split())
+
+
+def _fenced(code: str) -> list[str]:
+    """``code`` in a fence longer than any run of backticks in it (a command line quoting one
+    cannot close the block early); inside it Markdown reads no HTML."""
+    fence = "`" * max(3, 1 + max((len(r) for r in re.findall("`+", code)), default=0))
+    return [fence, visible(code), fence]
 
 
 def table(t: Table) -> list[str]:
     heads = [_cell(c.label) or " " for c in t.columns]
     rule = ["---:" if c.align == "right" else ":---" for c in t.columns]
-    lines = [f"**{t.title}**", "", "| " + " | ".join(heads) + " |", "| " + " | ".join(rule) + " |"]
+    lines = [f"**{_text(t.title)}**", "", "| " + " | ".join(heads) + " |"]
+    lines += ["| " + " | ".join(rule) + " |"]
     lines += ["| " + " | ".join(_cell(x) for x in row) + " |" for row in t.cells()]
     if t.note:
-        lines += ["", f"_{t.note}_"]
+        lines += ["", f"_{_text(t.note)}_"]
     return lines
 
 
@@ -28,26 +49,26 @@ def _validity(doc: Document) -> list[str]:
     if doc.valid:
         return ["**Valid for sizing**: the run follows every sizing rule.", ""]
     return ["**Not valid for sizing**: this run is a measurement, not a basis for buying:", ""] + [
-        f"- {reason}" for reason in doc.broken
+        f"- {_text(reason)}" for reason in doc.broken
     ] + [""]  # fmt: skip
 
 
 def to_markdown(doc: Document) -> str:
-    lines = [f"# {doc.title}", "", f"_{doc.subtitle}_", ""]
+    lines = [f"# {_text(doc.title)}", "", f"_{_text(doc.subtitle)}_", ""]
     if doc.answer:
-        lines += [f"**{doc.answer[0]}**", ""] + [f"{line}\n" for line in doc.answer[1:]]
+        lines += [f"**{_text(doc.answer[0])}**", ""] + [f"{_text(x)}\n" for x in doc.answer[1:]]
     lines += _validity(doc)
     for block in doc.systems:
-        lines += [f"> **{block.title}: {flag}**\n" if len(doc.systems) > 1 else f"> **{flag}**\n"
-                  for flag in block.flags]  # fmt: skip
+        lines += [f"> **{_text(block.title)}: {_text(flag)}**\n" if len(doc.systems) > 1
+                  else f"> **{_text(flag)}**\n" for flag in block.flags]  # fmt: skip
     lines += ["## Summary", "", *table(doc.summary), ""]
     lines += ["## System under test", ""]
     for block in doc.systems:
         if len(doc.systems) > 1:
-            lines += [f"### {block.title}", ""]
-        lines += [f"- **{what}**: {value}" for what, value in block.facts] + [""]
+            lines += [f"### {_text(block.title)}", ""]
+        lines += [f"- **{_text(what)}**: {_text(value)}" for what, value in block.facts] + [""]
     if doc.warnings:
-        lines += ["## Warnings", ""] + [f"- {w}" for w in doc.warnings] + [""]
+        lines += ["## Warnings", ""] + [f"- {_text(w)}" for w in doc.warnings] + [""]
     made = f"_feedbench {doc.tool_version}, results written {doc.created_utc}._"
-    lines += ["## Command", "", "```", doc.command, "```", "", made, ""]
+    lines += ["## Command", "", *_fenced(doc.command), "", made, ""]
     return "\n".join(lines)

@@ -196,23 +196,26 @@ def check(
 def render(check_: PredictionCheck, console: Console) -> None:
     from rich.table import Table
 
-    t = Table(title=f"scan's prediction against verify's training ({check_.pass_name} pass)")
+    from feedbench.report.fmt import plain, shown
+
+    check_ = shown(check_)  # names from the data: one line each, never markup
+    t = Table(title=f"scan's prediction against verify's training ({plain(check_.pass_name)} pass)")
     for col in ("loader", "GPUs", "predicted AU", "predicted wait", "measured wait (worst rank)",
                 "of ceiling", "difference", "agree"):  # fmt: skip
         t.add_column(col, justify="left" if col == "loader" else "right")
     for p in check_.pairs:
         worst = f" ({p.measured_wait_max:.1%})" if p.measured_wait_max is not None else ""
         t.add_row(
-            p.loader, str(p.gpus), f"{p.predicted_au:.3f}", f"{p.predicted_wait:.1%}",
+            plain(p.loader), str(p.gpus), f"{p.predicted_au:.3f}", f"{p.predicted_wait:.1%}",
             f"{p.measured_wait:.1%}{worst}",
             f"{p.ceiling_fraction:.2f}" if p.ceiling_fraction is not None else "—",
             f"{p.difference_points:.1f} pt", {True: "yes", False: "NO", None: "n/a"}[p.agrees],
         )  # fmt: skip
     console.print(t)
     for p in check_.pairs:
-        console.print(sentence(p))
+        console.print(plain(sentence(p)))
     for line in check_.unpaired:
-        console.print(f"unpaired: {line}")
+        console.print(f"unpaired: {plain(line)}")
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> PredictionCheck:

@@ -7,20 +7,31 @@ from rich.markup import escape
 from rich.table import Table
 
 from feedbench.report.doc_scan import not_judged_text
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
+from feedbench.report.fmt import (
+    fed_text,
+    fmt_bytes,
+    fmt_pct,
+    fmt_rate,
+    fmt_s,
+    plain,
+    rate_bound_text,
+    shown,
+)
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 from feedbench.scan.sizing import find_max_note, rate_disagrees
 
 
 def render_scan(result: ScanResult, console: Console) -> None:
+    result = shown(result)  # names from the data: one line each, never markup
     ds = result.dataset
     samples = f"{ds.samples:,} samples" if ds.samples is not None else "samples counted per pass"
     console.print(
-        f"[bold]{ds.path}[/]  {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}, {samples}"
+        f"[bold]{plain(ds.path)}[/]  {plain(ds.format)}, {ds.files:,} files, "
+        f"{fmt_bytes(ds.bytes)}, {samples}"
     )
     cfg = result.config
-    console.print(f"stages {','.join(cfg['stages'])}; batch {cfg['batch_size']}")
+    console.print(f"stages {plain(','.join(cfg['stages']))}; batch {cfg['batch_size']}")
     for line in system_lines(result):
         console.print(line, markup=False)
     if cfg.get("loader"):
@@ -29,7 +40,8 @@ def render_scan(result: ScanResult, console: Console) -> None:
     if acc:
         mode = "async" if cfg.get("async_steps") else "synchronous (DDP-like)"
         console.print(
-            f"emulated accelerator: {acc.get('name')} — {fmt_rate(acc['samples_per_s'])} samples/s,"
+            f"emulated accelerator: {plain(acc.get('name'))} — "
+            f"{fmt_rate(acc['samples_per_s'])} samples/s,"
             f" {fmt_s(acc['step_s'])} per batch of {acc.get('batch_size', cfg['batch_size'])}, "
             f"steps {mode}"
         )
@@ -48,12 +60,12 @@ def render_scan(result: ScanResult, console: Console) -> None:
             console.print(f"[yellow]{escape(undecided)}[/] ({NOT_VALID})")
     v = result.verdict
     if v is not None:
-        console.print(f"[bold]verdict:[/] {v.text}")
+        console.print(f"[bold]verdict:[/] {plain(v.text)}")
     _sizing_line(result, console)
     for e in result.errors[:5]:
-        console.print(f"  [yellow]skipped[/] {e.key} ({e.stage}): {e.message}")
+        console.print(f"  [yellow]skipped[/] {plain(e.key)} ({plain(e.stage)}): {plain(e.message)}")
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {plain(w)}")
     partial = partial_flag(result)
     if partial:
         console.print(f"[red]{escape(partial)}[/]")
@@ -64,7 +76,7 @@ def _loader_line(cfg: dict) -> str:
     line = f"loader: {escape(cfg['loader'])}"
     options = cfg.get("loader_options") or {}
     if options:
-        line += " with " + ", ".join(f"{k}={v!r}" for k, v in options.items())
+        line += " with " + ", ".join(f"{plain(k)}={plain(repr(v))}" for k, v in options.items())
     code = cfg.get("loader_code")
     if code:
         line += f" ({escape(code['file'])}, sha256 {code['sha256'][:12]})"
@@ -98,7 +110,7 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         judged = z is None or z.judged(c.consumers, c.pass_name)
         table.add_row(
             str(c.consumers) + ("" if judged else " [red]✗[/]"),
-            c.pass_name,
+            plain(c.pass_name),
             str(workers.get((c.consumers, c.pass_name), "")),
             fmt_rate(c.samples_per_s_mean),
             fmt_rate(c.samples_per_s_std),
@@ -128,8 +140,8 @@ def _curve_table(result: ScanResult, console: Console) -> None:
         if m.failed:
             console.print(
                 f"  [red]failed[/] {m.consumers} consumer{'s' if m.consumers != 1 else ''}, "
-                f"{m.pass_name}, repeat {m.repeat}: {escape(m.failed)} (no rate: left out of the "
-                "curve)",
+                f"{plain(m.pass_name)}, repeat {m.repeat}: {plain(m.failed)} "
+                "(no rate: left out of the curve)",
                 highlight=False,
             )
 
@@ -148,7 +160,7 @@ def _stage_table(m: Measurement, console: Console) -> None:
     resident = "?" if m.cache.resident_before is None else f"{m.cache.resident_before:.0%}"
     title = (
         f"stages — {m.consumers} consumer{'s' if m.consumers != 1 else ''} × {m.workers} workers, "
-        f"{m.pass_name} (cache resident before: {resident})"
+        f"{plain(m.pass_name)} (cache resident before: {resident})"
         + (" [red](partial)[/]" if m.partial else "")
     )
     table = Table(title=title, title_justify="left")
@@ -160,11 +172,11 @@ def _stage_table(m: Measurement, console: Console) -> None:
     table.add_column("p50 / p99 latency", justify="right")
     for s in m.stages:
         if not s.available:
-            table.add_row(s.name, "", "[dim]unavailable[/]", "", "", s.note or "")
+            table.add_row(plain(s.name), "", "[dim]unavailable[/]", "", "", plain(s.note or ""))
             continue
         lat = f"{fmt_s(s.latency.p50_s)} / {fmt_s(s.latency.p99_s)}" if s.latency else ""
         table.add_row(
-            s.name,
+            plain(s.name),
             f"{s.share:.0%}" if s.name != "transfer-pageable" else "apart",
             fmt_rate(s.samples_per_s),
             f"{s.mb_per_s:,.1f}" if s.in_bytes else "",
@@ -251,7 +263,7 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
         fed = fed_text(z.accelerators_fed, z.accelerators_fed_std)
         bound = f"; {rate_bound_text(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)}"
         console.print(
-            f"[bold]accelerators fed: {fed} × {name}[/] at AU ≥ "
+            f"[bold]accelerators fed: {fed} × {plain(name)}[/] at AU ≥ "
             f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
             f"{'s' if z.at_consumers != 1 else ''}{bound if rate_disagrees(z) else ''})"
         )

@@ -6,10 +6,9 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate
+from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate, plain, shown
 from feedbench.verify.analysis import loaders_in
 from feedbench.verify.results import (
     PART_COLUMNS,
@@ -27,11 +26,12 @@ _TABLE_STYLE: dict[str, Any] = dict(
 
 def render_verify(result: VerifyResult, console: Console) -> None:
     """The setup, the throughput and step-time tables, then verdicts, errors and warnings."""
+    result = shown(result)  # names from the data: one line each, never markup
     unit = result.config.get("unit", "GPU")
     _print_setup(result, console)
     settings = tuned_settings(result.config)
     if settings:
-        console.print("settings: " + "; ".join(escape(t) for t in settings))
+        console.print("settings: " + "; ".join(plain(t) for t in settings))
     order = loaders_in(result)
     runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
     console.print(_throughput_table(runs))
@@ -46,7 +46,8 @@ def _print_setup(result: VerifyResult, console: Console) -> None:
     ds = result.dataset
     if ds is not None:
         console.print(
-            f"[bold]{ds.path}[/]  {ds.format}, {ds.files:,} files, {fmt_bytes(ds.bytes)}"
+            f"[bold]{plain(ds.path)}[/]  {plain(ds.format)}, {ds.files:,} files, "
+            f"{fmt_bytes(ds.bytes)}"
             + (f", {ds.samples:,} samples" if ds.samples is not None else "")
         )
     console.print(
@@ -59,7 +60,8 @@ def _print_setup(result: VerifyResult, console: Console) -> None:
         )
         + f"; {cfg.get('steps')} measured steps after {cfg.get('warmup')} warm-up; "
         f"host {result.host.hostname}: {result.host.cpu_count} cores"
-        + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU")
+        + (f", {len(result.host.cuda_devices)} GPU" if result.host.cuda_devices else ", no GPU"),
+        markup=False,
     )
 
 
@@ -92,7 +94,7 @@ def _column(table: Table, name: str) -> None:
 
 
 def _name(r: VerifyRun) -> str:
-    return r.loader + ("" if r.status == "ok" else f" [red]({r.status})[/]")
+    return plain(r.loader) + ("" if r.status == "ok" else f" [red]({plain(r.status)})[/]")
 
 
 def _throughput_table(runs: list[VerifyRun]) -> Table:
@@ -149,13 +151,13 @@ def _print_sentences(result: VerifyResult, unit: str, console: Console) -> None:
         "the training it feeds)."
     )
     for v in result.verdicts:
-        console.print(f"[bold]{v.loader}:[/] {v.text.split(': ', 1)[-1]}")
+        console.print(f"[bold]{plain(v.loader)}:[/] {plain(v.text.split(': ', 1)[-1])}")
     if result.summary:
-        console.print(f"[bold]summary:[/] {result.summary}")
+        console.print(f"[bold]summary:[/] {plain(result.summary)}")
     for r in result.runs:
         if r.error:
-            console.print(f"[red]{r.status}:[/] {escape(r.error)}", highlight=False)
+            console.print(f"[red]{plain(r.status)}:[/] {plain(r.error)}", highlight=False)
     for w in result.warnings:
-        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False)
+        console.print(f"[yellow]warning:[/] {plain(w)}", highlight=False)
     if result.partial:
         console.print("[red]partial results: the verify run was interrupted or failed[/]")

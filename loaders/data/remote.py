@@ -23,9 +23,10 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urljoin, urlsplit, urlunsplit
+from urllib.parse import urljoin, urlsplit
 
 from loaders.data.readers import READ_CHUNK, StreamBase
+from loaders.data.redaction import redact_text, redact_url  # noqa: F401 (callers use remote's)
 from loaders.errors import LoaderError
 
 PROTOCOLS = ("s3", "http", "https")
@@ -108,38 +109,6 @@ def _new_filesystem(proto: str, t: Timeouts):
 
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=t.connect_s, sock_read=t.read_s)
     return fsspec.filesystem(proto, skip_instance_cache=True, client_kwargs={"timeout": timeout})
-
-
-# --- credentials never leave the process --------------------------------------------------------
-
-_SECRET_QUERY = re.compile(r"sig|signature|token|secret|key|credential|password|auth", re.I)
-
-
-def redact_url(url: str) -> str:
-    """``url`` as it may be shown or recorded: no password, no signature or token in the query."""
-    if not is_url(url):
-        return url
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode(
-            [(k, "***" if _SECRET_QUERY.search(k) else v) for k, v in pairs], safe="*"
-        )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>()]+")
-
-
-def redact_text(text: str) -> str:
-    """``text`` (say a store's error message) with every URL in it redacted (:func:`redact_url`)."""
-    return _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), text)
 
 
 def endpoint(url: str) -> str:
