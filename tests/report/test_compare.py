@@ -22,6 +22,10 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
     for n in (1, 2):
         pattern = rf"at {n} consumers?, samples/s: (\w+) [\d,]+ > (\w+) [\d,]+ \((0\.\d\d)×"
         m = re.search(pattern, text)
+        if m is None and n == 2:  # 24 images: the 2-consumer window may hold too few batches,
+            # and a point not judged never reaches a ranking; the warning must say why
+            assert re.search(r"measured batches per consumer at 2 consumers", text), text
+            continue
         assert m, text
         assert (m.group(1), m.group(2)) == ("nvme", "nfs")
     # 20 ms of sleep per read: the storage, unless other work saturated the cores meanwhile;

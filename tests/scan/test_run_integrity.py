@@ -194,7 +194,7 @@ def check_results_file(out: Path, consumers: set[int], repeat: int) -> str:
         assert r.stopped_by in ("interrupted", "unfinished", "failed") and r.failure, r
         return "partial"
     assert r.stopped_by is None and r.failure is None
-    assert sorted(m.consumers for m in r.measurements) == sorted(consumers) * repeat
+    assert sorted(m.consumers for m in r.measurements) == sorted(list(consumers) * repeat)
     return "complete"
 
 
