@@ -246,6 +246,10 @@ class StreamReader(StreamBase):
         try:
             chunk = self._f.read(READ_CHUNK)
         except Exception as e:
+            # a response cut short raises before handing over what did arrive: count those
+            # bytes (they crossed the network) so an error says how far the object got
+            self.bytes = max(self.bytes, self._arrived())
+            self.seconds += time.perf_counter() - t0
             raise as_oserror(e) from e
         self.seconds += time.perf_counter() - t0
         n = len(chunk)
@@ -254,6 +258,13 @@ class StreamReader(StreamBase):
         self.pos, self.end = 0, n
         if n == 0:
             self.eof = True
+
+    def _arrived(self) -> int:
+        """Bytes of the response received so far, read or still buffered (0 when the
+        transport does not say: an HTTP stream's aiohttp response does)."""
+        content = getattr(getattr(self._f, "r", None), "content", None)
+        total = getattr(content, "total_bytes", None)
+        return total if isinstance(total, int) else 0
 
     def close(self) -> None:
         # closing a broken connection must not mask the error that broke it
