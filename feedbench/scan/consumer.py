@@ -75,6 +75,7 @@ class Tally:
         self.warmup_batches = warmup_batches
         self.clocks = {s: Clock() for s in stages if s in CPU_STAGES}
         self.samples = self.files = self.read_bytes = self.errors = self.batches = 0
+        self.failed_files = 0
         self.read_latencies: list[float] = []
         self.kept_errors: list[SampleError] = []
         self.first_batch_s: float | None = None
@@ -116,6 +117,7 @@ class Tally:
             when = time.perf_counter() if at is None else at
             self.marks.append((when, times.samples, times.read_bytes, times.files))
         self.errors += times.errors
+        self.failed_files += times.failed_files
         self.read_latencies.extend(times.read_latencies)
         clocks = self.clocks
         for stage, busy in times.busy_s.items():
@@ -418,6 +420,7 @@ def consumer_stats(
         files=tally.files,
         read_bytes=tally.read_bytes,
         errors=tally.errors,
+        failed_files=tally.failed_files,
         batches=tally.batches,
         wall_s=wall_s,
         first_batch_s=tally.first_batch_s,

@@ -206,6 +206,7 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         files=files,
         read_bytes=read_bytes,
         errors=sum(s.errors for s in stats),
+        failed_files=sum(s.failed_files for s in stats),
         batches=sum(s.batches for s in stats),
         wall_s=wall,
         first_batch_s=max(firsts) if firsts else None,

@@ -78,6 +78,7 @@ class ConsumerStats:
     window_end: float | None = None
     started_at: float | None = None  # the pass's start (the clock's), seconds since the epoch
     common_batches: int | None = None
+    failed_files: int = 0  # shards that ended in an error before their end
     common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
@@ -131,6 +132,8 @@ class Measurement:
     longest_gap_rank: int | None = None
     longest_gap_at_s: float | None = None
     median_gap_s: float | None = None
+    # shards cut short or corrupt (each lost the samples after its error, uncounted in errors)
+    failed_files: int = 0
 
 
 @dataclass

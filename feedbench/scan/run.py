@@ -501,9 +501,18 @@ def unequal_batches(m: Measurement) -> str | None:
 
 
 def _judge_failed(m: Measurement) -> None:
-    """A measurement in which most samples failed is a failure, never a rate."""
-    if m.failed is None and m.errors > m.samples:
+    """A measurement in which most samples failed is a failure, never a rate. A shard cut short
+    lost an unknown number of samples after its error (the listing does not count a shard's
+    samples), so cut shards weigh as their share of the shards the measurement read."""
+    if m.failed is not None:
+        return
+    if m.errors > m.samples:
         m.failed = f"{m.errors:,} of {m.samples + m.errors:,} samples failed"
+    elif m.failed_files and 2 * m.failed_files > max(m.files, m.failed_files):
+        m.failed = (
+            f"{m.failed_files:,} of {max(m.files, m.failed_files):,} shards failed (cut short "
+            "or corrupt): their samples after the error were never read"
+        )
 
 
 def _finish(result: ScanResult, config: ScanConfig) -> None:

@@ -28,6 +28,7 @@ class BatchTimes:
     files: int = 0
     read_bytes: int = 0
     errors: int = 0
+    failed_files: int = 0  # shards that ended in an error before their end (cut, corrupt)
     busy_s: dict[str, float] = field(default_factory=dict)
     in_bytes: dict[str, int] = field(default_factory=dict)
     read_latencies: list[float] = field(default_factory=list)
@@ -83,6 +84,7 @@ class StageStream(IterableDataset):
         self.batch_size = batch_size
         self.image_size = image_size
         self.seed = seed
+        self._shard: str | None = None  # the shard being read (shards only)
 
     def __iter__(self) -> Iterator[tuple[Any, BatchTimes]]:
         info = get_worker_info()
@@ -126,6 +128,8 @@ class StageStream(IterableDataset):
                 times.read_latencies.append(raw.read_s)
             if raw.error is not None or raw.data is None:
                 times.errors += 1
+                if raw.key == self._shard:  # the shard's own error: the rest of it is lost
+                    times.failed_files += 1
                 if len(times.error_list) < KEEP_ERRORS:
                     times.error_list.append((raw.key, "read", raw.error or "no data"))
                 continue
@@ -158,5 +162,6 @@ class StageStream(IterableDataset):
             yield from self.source.iter_samples(units, views=True)
             return
         for i in range(len(units)):
+            self._shard = str(self.source.files()[int(units[i])])
             yield from self.source.iter_samples(units[i : i + 1], views=True)
             yield None

@@ -1,0 +1,71 @@
+"""Shards cut short by the server (a full Content-Length, then the connection closed halfway):
+the scan fails with exit 3, the results file says so, and each error names the bytes that
+arrived (a real loopback web server, the real CLI)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def cutting_http(root: Path):
+    """A real web server over ``root`` that announces each file's full length but sends only
+    its first half, then closes the connection."""
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def copyfile(self, source, outputfile):
+            data = source.read()
+            outputfile.write(data[: len(data) // 2])
+            outputfile.flush()
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    handler = functools.partial(Handler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.slow  # a real scan in a subprocess: ~10 s on 2 busy cores
+def test_shards_cut_short_fail_the_scan_and_say_how_much_arrived(dataset, tmp_path):
+    shards = sorted((dataset / "shards").glob("*.tar"))
+    assert len(shards) == 4
+    out = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with cutting_http(dataset / "shards") as url:
+        target = f"{url}/shard-0000{{0..3}}.tar"
+        proc = subprocess.run(
+            [sys.executable, "-m", "feedbench", "scan", target, "--stages", "read",
+             "--batch-size", "2", "--json", str(out), "--no-plots"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr  # a failed measurement (README)
+    result = json.loads(out.read_text())
+    (m,) = result["measurements"]
+    assert m["failed_files"] == 4
+    assert m["failed"].startswith("4 of 4 shards failed (cut short or corrupt)")
+    assert result["partial"] and "4 of 4 shards failed" in result["failure"]
+    # every shard's error names the half that arrived, not what the parser had taken
+    sent = {f"{url}/{p.name}": p.stat().st_size // 2 for p in shards}
+    errors = {e["key"]: e["message"] for e in result["errors"]}
+    assert set(errors) == set(sent)
+    for key, message in errors.items():
+        assert message.startswith(f"truncated or corrupt shard after {sent[key]} bytes ("), message
