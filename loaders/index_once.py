@@ -48,9 +48,7 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     if info.world_size > 1 and info.local_world_size > 1:
         own = target is None  # the job's own file, removed with it; else the user's, kept
         if target is None:
-            target = job_path(listed, ".npz")
-            if os.path.exists(target):  # listed by an earlier build_loader of this job
-                return _checked(SampleIndex.load(target), listed, target)
+            target = job_index_path(listed, _next_call(listed))
         index = once_per_machine(
             info.local_rank, target, lambda: open_index(source, fmt), SampleIndex.save, own=own
         )
@@ -64,6 +62,24 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     if target is not None:
         index.save(target)
     return index
+
+
+_calls: dict[str, int] = {}  # build_loader calls per source in this process
+
+
+def _next_call(listed: str) -> int:
+    """This call's number among this process's calls for ``listed``. Every rank builds its
+    loaders in the same order (DDP), so the k-th call names the same file on each; a file per
+    call, because the last rank to map one removes it (:func:`_loaded`) while a later call of
+    the same job may look for it."""
+    n = _calls.get(listed, 0)
+    _calls[listed] = n + 1
+    return n
+
+
+def job_index_path(listed: str, call: int) -> str:
+    """The job's index file for its ``call``-th :func:`obtain` of ``listed``."""
+    return job_path(f"{listed} #{call}", ".npz")
 
 
 def _checked(index: SampleIndex, listed: str, path: str) -> SampleIndex:

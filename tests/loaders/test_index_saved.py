@@ -84,12 +84,15 @@ def _rank(rank: int, world: int, tree: str, out: str) -> None:
         calls = []
         real = index_module.locate
         index_module.locate = lambda *a, **k: calls.append(a) or real(*a, **k)
-        loader = build_loader(tree, "torch", 4, workers=0, train=False, return_keys=True)
+        # twice, as a script that builds its loader again to resume: each call has its own
+        # file, which the last rank to map it removes, so no call finds another's half-gone
+        for _ in range(2):
+            loader = build_loader(tree, "torch", 4, workers=0, train=False, return_keys=True)
         if rank == 0:
             from loaders.data.index import listed_as
-            from loaders.index_once import job_path
+            from loaders.index_once import job_index_path
 
-            (Path(out) / "job").write_text(job_path(listed_as(tree, "auto"), ".npz"))
+            (Path(out) / "job").write_text(job_index_path(listed_as(tree, "auto"), 0))
         keys = [int(k) for _, _, ks in loader for k in ks]
         with open(f"{out}/rank{rank}", "w") as f:
             f.write(f"{len(calls)} {' '.join(map(str, keys))}")
@@ -109,5 +112,5 @@ def test_ranks_of_one_machine_list_once(dataset_copy, tmp_path):
         calls, *ks = (out / f"rank{r}").read_text().split()
         listings.append(int(calls))
         keys += [int(k) for k in ks]
-    assert listings == [1, 0]  # local rank 0 listed, rank 1 loaded its index
+    assert listings == [2, 0]  # local rank 0 listed for each call, rank 1 loaded its index
     assert sorted(keys) == list(range(24))  # DDP's split unchanged: every sample once
