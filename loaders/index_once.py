@@ -48,7 +48,7 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     if info.world_size > 1 and info.local_world_size > 1:
         own = target is None  # the job's own file, removed with it; else the user's, kept
         if target is None:
-            target = job_index_path(listed, _next_call(listed))
+            target = job_index_path(listed, _next_call(listed, info))
         index = once_per_machine(
             info.local_rank, target, lambda: open_index(source, fmt), SampleIndex.save, own=own
         )
@@ -64,21 +64,22 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     return index
 
 
-_calls: dict[str, int] = {}  # build_loader calls per source in this process
+_calls: dict[tuple[str, int, int], int] = {}  # obtain() calls per source, rank and world
 
 
-def _next_call(listed: str) -> int:
-    """This call's number among this process's calls for ``listed``. Every rank builds its
-    loaders in the same order (DDP), so the k-th call names the same file on each; a file per
-    call, because the last rank to map one removes it (:func:`_loaded`) while a later call of
-    the same job may look for it."""
-    n = _calls.get(listed, 0)
-    _calls[listed] = n + 1
-    return n
+def _next_call(listed: str, info: DistInfo) -> str:
+    """This call's name among this rank's calls for ``listed`` at its world size. Every rank
+    builds its loaders in the same order (DDP), so the k-th call names the same file on each
+    (ranks built in one process too); a file per call, because the last rank to map one
+    removes it (:func:`_loaded`) while a later call of the same job may look for it."""
+    key = (listed, info.local_rank, info.world_size)
+    n = _calls.get(key, 0)
+    _calls[key] = n + 1
+    return f"{info.world_size}:{n}"
 
 
-def job_index_path(listed: str, call: int) -> str:
-    """The job's index file for its ``call``-th :func:`obtain` of ``listed``."""
+def job_index_path(listed: str, call: str) -> str:
+    """The job's index file for the call named ``call`` (:func:`_next_call`) of ``listed``."""
     return job_path(f"{listed} #{call}", ".npz")
 
 

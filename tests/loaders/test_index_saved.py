@@ -92,7 +92,7 @@ def _rank(rank: int, world: int, tree: str, out: str) -> None:
             from loaders.data.index import listed_as
             from loaders.index_once import job_index_path
 
-            (Path(out) / "job").write_text(job_index_path(listed_as(tree, "auto"), 0))
+            (Path(out) / "job").write_text(job_index_path(listed_as(tree, "auto"), "2:0"))
         keys = [int(k) for _, _, ks in loader for k in ks]
         with open(f"{out}/rank{rank}", "w") as f:
             f.write(f"{len(calls)} {' '.join(map(str, keys))}")
