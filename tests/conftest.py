@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import http.server
 import os
 import shutil
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,3 +80,18 @@ def interruptible() -> None:
 
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def loopback_http(handler: type[http.server.SimpleHTTPRequestHandler], root) -> Iterator[int]:
+    """``root`` served on 127.0.0.1 by ``handler`` (a real threaded web server, stopped after
+    the block); yields its port."""
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
+    )
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import http.server
 import json
 import shutil
 import string
-import threading
 from pathlib import Path
 from urllib.parse import quote, unquote
 
@@ -21,6 +19,7 @@ from hypothesis import strategies as st
 
 from feedbench.core.redact import scrub_text, secret_values
 from loaders.data.redaction import SECRET_QUERY_NAMES
+from tests.conftest import loopback_http
 
 MARK = "Zq7Kw"  # in every generated secret: were any of it shown, this would be
 # what RFC 3986 lets a userinfo hold unencoded (quotes and parentheses among them), '@' (users
@@ -92,15 +91,8 @@ def guarded_http(root: Path, name: str, pw: str):
     """``root`` served on loopback to ``name``/``pw`` only; yields the URL with them in it."""
     auth = base64.b64encode(f"{name}:{unquote(pw)}".encode()).decode()
     handler = type("Handler", (_Guarded,), {"expected": f"Basic {auth}"})
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(handler, directory=str(root))
-    )
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://{name}:{pw}@127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(handler, root) as port:
+        yield f"http://{name}:{pw}@127.0.0.1:{port}"
 
 
 @pytest.mark.net

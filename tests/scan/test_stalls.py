@@ -4,7 +4,6 @@ waited, and the run is not valid for sizing (a real loopback web server that pau
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.server
 import shutil
 import threading
@@ -12,6 +11,7 @@ import time
 
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.run import scan
+from tests.conftest import loopback_http
 
 PAUSE_S = 2.5
 
@@ -41,14 +41,8 @@ def pausing_http(root, pause_on: int):
         def log_message(self, *args):
             pass
 
-    handler = functools.partial(Handler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(Handler, root) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_a_pause_under_the_stall_timeout_is_found_and_not_valid(dataset, tmp_path):

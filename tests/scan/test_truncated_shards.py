@@ -5,16 +5,16 @@ arrived (a real loopback web server, the real CLI)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.server
 import json
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import loopback_http
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,14 +34,8 @@ def cutting_http(root: Path):
         def log_message(self, *args):
             pass
 
-    handler = functools.partial(Handler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with loopback_http(Handler, root) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.mark.slow  # a real scan in a subprocess: ~10 s on 2 busy cores
