@@ -90,6 +90,29 @@ def sigterm_as_interrupt() -> Iterator[Stop]:
             signal.signal(s, signal.SIG_IGN if stop.holding else h)
 
 
+@contextlib.contextmanager
+def stop_signals_deferred() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP arriving inside the block take effect when it ends, through
+    the handlers in place before it. For starting or ending a job's processes: cut half way, a
+    process started but not yet known to its parent is never stopped, and the parent's exit
+    waits for it (multiprocessing joins its children at exit) forever.
+
+    Handlers, not the signal mask: a process-directed signal blocked in the main thread is
+    taken by another thread, whose C handler still has the main thread raise."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    old = {s: signal.signal(s, lambda signum, frame: came.append(signum)) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, signal.SIG_DFL if h is None else h)  # None: set outside Python
+        if came:  # as if it arrived now: the old handler decides (KeyboardInterrupt, mostly)
+            signal.raise_signal(came[0])
+
+
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 

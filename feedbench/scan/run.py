@@ -33,6 +33,7 @@ from feedbench.core.supervise import (
     job_tag,
     leave_without_finalizing,
     reap,
+    stop_signals_deferred,
 )
 from feedbench.core.system import client_cache_caveat
 from feedbench.scan.config import Plan, ScanConfig, check
@@ -167,19 +168,25 @@ def run_count(
     os.close(fd)
     os.unlink(out_path)
     init = f"tcp://127.0.0.1:{free_port()}"
-    with job_tag() as tag:
-        env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
-        ctx = mp.start_processes(
-            _spawned,
-            args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, phases, env),
-            nprocs=n,
-            join=False,
-            start_method=START_METHOD,
-        )
+    ctx = None
+    how, why = "interrupted", None
     try:
+        # a signal while the consumers start is taken once all are known here, and so ended
+        with job_tag() as tag, stop_signals_deferred():
+            env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
+            ctx = mp.start_processes(
+                _spawned,
+                args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, phases, env),
+                nprocs=n,
+                join=False,
+                start_method=START_METHOD,
+            )
         how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress)
+    except KeyboardInterrupt:  # as they started: they are ended below, the count interrupted
+        pass
     finally:
-        _end(ctx, tag)
+        if ctx is not None and _end(ctx, tag):  # a signal as they were ended: taken after
+            how, why = "interrupted", None
     outcomes: list[RankOutcome] = []
     if os.path.exists(out_path):
         with open(out_path, "rb") as f:
@@ -241,10 +248,20 @@ def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
     )
 
 
-def _end(ctx, tag: str, grace_s: float = 5.0) -> None:
+def _end(ctx, tag: str, grace_s: float = 5.0) -> bool:
     """Every process of the count ended: the consumers (SIGTERM; SIGKILL for those still there
     after ``grace_s`` in all, e.g. stuck in a read), then what is left in their process groups or
-    carries the count's tag (the loader workers a consumer left behind)."""
+    carries the count's tag (the loader workers a consumer left behind). True when Ctrl-C (or
+    SIGTERM, SIGHUP) came meanwhile: taken once all are ended, not half way."""
+    try:
+        with stop_signals_deferred():
+            _end_all(ctx, tag, grace_s)
+    except KeyboardInterrupt:
+        return True
+    return False
+
+
+def _end_all(ctx, tag: str, grace_s: float) -> None:
     for proc in ctx.processes:
         if proc.is_alive():
             proc.terminate()

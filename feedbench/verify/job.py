@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 
 from feedbench.core.envelope import from_dict
-from feedbench.core.supervise import JOB_TAG, alive, reap, stop
+from feedbench.core.supervise import JOB_TAG, alive, reap, stop, stop_signals_deferred
 from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.loaders import batches_per_epoch
 from feedbench.verify.results import StepSeries, units
@@ -91,12 +91,16 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
     interrupted = timed_out = rank_died = False
     died_at: float | None = None
     with open(log_path, "wb") as log:
-        top = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        try:
+            with stop_signals_deferred():  # Ctrl-C taken once it runs: then stopped below
+                top = subprocess.Popen(
+                    cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                )
+        except KeyboardInterrupt:
+            interrupted = True
         try:
             last_scan = 0.0
-            while True:
+            while not interrupted:
                 try:
                     top.wait(timeout=0.2)
                     break

@@ -26,10 +26,14 @@ MARK = "FEEDBENCH_TEST_RUN"  # in every process of one run: found by it, orphane
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start_scan(data: Path, out: Path, *extra: str, mark: str | None = None) -> subprocess.Popen:
+def start_scan(
+    data: Path, out: Path, *extra: str, mark: str | None = None, driver: Path | None = None
+) -> subprocess.Popen:
     """The scan, its output to ``out`` + ".log" (a file: a pipe would be held open by processes
-    it leaves behind, and reading it to its end would wait for them)."""
-    cmd = [sys.executable, "-m", "feedbench", "scan", str(data), "--stages", "read", "-b", "2",
+    it leaves behind, and reading it to its end would wait for them). ``driver``: a script run
+    in place of ``-m feedbench``, with the same arguments."""
+    run = [str(driver)] if driver else ["-m", "feedbench"]
+    cmd = [sys.executable, *run, "scan", str(data), "--stages", "read", "-b", "2",
            "--workers", "1", "--json", str(out), "--no-plots", *extra]  # fmt: skip
     env = dict(os.environ, **{MARK: mark or uuid.uuid4().hex})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -130,6 +134,47 @@ def test_sigterm_and_sighup_stop_a_scan_as_ctrl_c_does(dataset, tmp_path, sig):
     assert r.partial and r.stopped_by == "interrupted" and r.failure
     assert r.measurements[0].consumers == 1
     assert gone_within(mark, proc.pid) == []
+
+
+# The scan itself, with a signal sent to it just after the first of a count's consumers started,
+# before the second: a deterministic point in a window a signal at random hits now and then.
+SIGNAL_AS_CONSUMERS_START = """
+import os, signal, sys
+from multiprocessing import process
+
+start, sent = process.BaseProcess.start, []
+
+def start_then_signal(self):
+    consumer = getattr(self._target, "__name__", "") == "_wrap"  # torch's; gone once started
+    start(self)
+    if consumer and not sent:
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGHUP)
+
+if __name__ == "__main__":  # not in the consumers, which import this file as their main
+    process.BaseProcess.start = start_then_signal
+    sys.argv[0] = "feedbench"
+    from feedbench.cli import main
+    main()
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_consumers_start_ends_them_all(dataset, tmp_path):
+    """Cut between two consumers' starts, the one started was left waiting for the other, and
+    the scan's exit waited for it (multiprocessing joins its children at exit): forever."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(SIGNAL_AS_CONSUMERS_START)
+    out = tmp_path / "r.json"
+    proc = start_scan(dataset / "images", out, "--consumers", "2", driver=driver)
+    mark = mark_of(proc)
+    try:
+        stderr = ended(proc, out, timeout_s=45)
+    finally:
+        left = gone_within(mark, proc.pid)
+    assert proc.returncode == 130, stderr
+    assert "interrupted (SIGHUP)" in stderr and "Traceback" not in stderr
+    assert left == []
 
 
 @pytest.mark.slow
