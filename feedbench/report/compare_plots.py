@@ -10,7 +10,13 @@ from matplotlib.figure import Figure
 
 from feedbench.report.compare import Column, Comparison
 from feedbench.report.fmt import fed_text, supported_text
-from feedbench.report.plotting import _OTHER_COLORS, _consumer_axis, new_figure, save_optional
+from feedbench.report.plotting import (
+    _OTHER_COLORS,
+    _consumer_axis,
+    new_figure,
+    save_optional,
+    text_as_written,
+)
 from feedbench.scan.results import CurvePoint
 
 _PALETTE = ["tab:blue", "tab:orange", *_OTHER_COLORS]
@@ -18,6 +24,7 @@ _PALETTE = ["tab:blue", "tab:orange", *_OTHER_COLORS]
 Line = tuple[Column, list[CurvePoint], str]  # a scan, its points in consumer order, its colour
 
 
+@text_as_written
 def compare_figure(cmp: Comparison) -> Figure | None:
     """Top: samples/s against consumers, one line per compared scan (mean ± σ over repeats; no
     bar for a single repeat), and the demand of N accelerators (N × one accelerator's

@@ -9,14 +9,19 @@ hold nothing for that figure (then nothing is written).
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from feedbench.core.files import write_atomic
+from feedbench.report.fmt import shown
 
 _DPI = 110
 
@@ -67,6 +72,23 @@ def _consumer_axis(ax, counts: list[int]) -> None:
 
 def _mean(values: list[float]) -> float:
     return sum(values) / len(values) if values else 0.0
+
+
+Builder = TypeVar("Builder", bound=Callable[..., Any])
+
+
+def text_as_written(build: Builder) -> Builder:
+    """A figure builder whose text from the data shows as written: mathtext off (a ``$`` in a
+    path or a label is a dollar, and two of them no longer fail the figure with a parse error)
+    and control characters escaped as in every other output (:func:`~feedbench.report.fmt.shown`).
+    Text objects take the setting when made, so the whole build runs inside it."""
+
+    @functools.wraps(build)
+    def built(data: Any, *args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context({"text.parse_math": False}):
+            return build(shown(data), *args, **kwargs)
+
+    return built  # type: ignore[return-value]
 
 
 def new_figure(figsize: tuple[float, float]) -> Figure:

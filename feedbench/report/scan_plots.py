@@ -22,6 +22,7 @@ from feedbench.report.plotting import (
     _pass_order,
     new_figure,
     save_optional,
+    text_as_written,
 )
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult
 from feedbench.scan.sizing import stopped_undecided
@@ -63,6 +64,7 @@ def _stage_rates(result: ScanResult) -> dict[tuple[str, str], dict[int, float]]:
     return {k: {n: _mean(v) for n, v in sorted(d.items())} for k, d in acc.items()}
 
 
+@text_as_written
 def scaling_figure(result: ScanResult) -> Figure | None:
     """Samples/s against consumers, one line per pass (mean ± σ over repeats), with the ideal
     N × throughput(1) and, when the result names an accelerator rate, the N-accelerator demand.
@@ -235,6 +237,7 @@ def _stage_legend(ax, stage_names: list[str], pass_names: list[str]) -> None:
     ax.legend(handles=handles, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
+@text_as_written
 def au_figure(result: ScanResult, target: float = 0.9) -> Figure | None:
     """AU mean and minimum over consumers against consumers, with the target line. ``None`` when
     no point has an AU, i.e. no accelerator step was emulated."""
@@ -306,6 +309,7 @@ def _segment_label(m: Measurement) -> str:
     return f"{m.consumers} {noun}, {m.pass_name}, repeat {m.repeat}"
 
 
+@text_as_written
 def timeline_figure(result: ScanResult) -> Figure | None:
     """CPU busy cores, disk read MB/s, network MB/s and (with GPU readings) GPU utilisation over
     time, for every measurement with a monitor timeline, one after another. ``None`` when no

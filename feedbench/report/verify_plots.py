@@ -7,7 +7,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from feedbench.report.plotting import new_figure, save_optional
+from feedbench.report.plotting import new_figure, save_optional, text_as_written
 from feedbench.verify.analysis import loaders_in, ok_runs
 from feedbench.verify.results import (
     PART_LABELS,
@@ -43,6 +43,7 @@ def _title(result: VerifyResult, what: str) -> str:
     )
 
 
+@text_as_written
 def scaling_figure(result: VerifyResult) -> Figure | None:
     """Images/s against GPUs per loader, with each loader's ideal line (N × its fewest-GPU rate).
     ``None`` when no run finished with a rate."""
@@ -113,6 +114,7 @@ def _loader_lines(ax, loader: str, runs: list[VerifyRun], counts: list[int], col
             )
 
 
+@text_as_written
 def breakdown_figure(result: VerifyResult) -> Figure | None:
     """Stacked step-time breakdown (ms per step) for every run with steps, one bar per run (the
     first run at the top); ``None`` when no run has a breakdown."""

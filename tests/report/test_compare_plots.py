@@ -161,3 +161,10 @@ def test_each_scan_gets_its_own_demand_line_when_the_accelerators_differ():
 def test_without_an_accelerator_there_is_no_demand_line():
     ax, _ = compare_figure(_comparison(_columns())).axes
     assert not [k for k in series(ax) if k.startswith("demand")]
+
+
+def test_a_label_with_dollars_is_drawn_as_written(tmp_path):
+    """A run labelled ``a$^{x$b`` failed the compare figure with a mathtext parse error."""
+    cmp = _comparison([_col("a$^{x$b", {1: (100.0, 1.0, 2), 2: (190.0, 2.0, 2)})])
+    assert_png(compare_plot(cmp, tmp_path / "c.png"))
+    assert legend_labels(compare_figure(cmp).axes[0]) == ["a$^{x$b"]

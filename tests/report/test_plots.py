@@ -461,3 +461,16 @@ def test_with_the_cores_shared_out_there_is_no_ideal_line_but_speedup_and_failed
     assert "speedup = rate(N) / rate(1), the cores shared out" in title
     note = [t for t in texts(ax) if t.startswith("not plotted, failed:")]
     assert note and "stalled" in note[0] and f"{failed.consumers} consumers" in note[0]
+
+
+def test_dollars_and_control_characters_in_a_path_are_drawn_as_written(tmp_path):
+    """Two ``$`` in a path were read as mathtext: the figures failed with a parse error (and
+    the scan exited "not all written"); a control character drew as itself."""
+    import dataclasses
+
+    r = make_result(gpus=2)
+    r = dataclasses.replace(r, dataset=dataclasses.replace(r.dataset, path="/d/$x^$/\x1b[31m"))
+    written = plots.write_all(r, tmp_path / "out", "scan")
+    assert len(written) == 3
+    title = plots.scaling_figure(r).axes[0].get_title()
+    assert title.endswith("/d/$x^$/\\x1b[31m on bench-host")
