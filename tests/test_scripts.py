@@ -494,7 +494,7 @@ def test_every_test_file_the_scripts_and_readme_name_exists():
     root = SCRIPTS.parent
     named = {
         (doc.name, path)
-        for doc in [root / "README.md", *SCRIPTS.iterdir()]
+        for doc in [root / "README.md", *(root / "docs").glob("*.md"), *SCRIPTS.iterdir()]
         if doc.is_file()
         for path in re.findall(r"\btests/[\w/]+\.py\b", doc.read_text(errors="replace"))
     }

@@ -1,4 +1,4 @@
-"""The one kind of error a user sees, and the exit codes (README, "Exit codes")."""
+"""The one kind of error a user sees, and the exit codes (docs/failures.md, "Exit codes")."""
 
 EXIT_OK = 0
 EXIT_BAD_INPUT = 2  # a bad argument or unusable data: one `error:` line, nothing measured

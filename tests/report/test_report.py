@@ -187,7 +187,7 @@ def test_an_output_that_cannot_be_written_is_one_line(cli, scan_json, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
     r = cli("report", str(scan_json), "--csv", str(blocker / "x.csv"))
-    # exit 4, "not all written" (README, exit codes): the results file was read, a page was not
+    # exit 4, "not all written" (docs/failures.md): the results file was read, a page was not
     assert r.code == 4 and re.search(r"^error: cannot write .*x\.csv", r.err), r.err
     assert "Traceback" not in r.err
 
