@@ -67,21 +67,36 @@ class HostInfo:
     cuda_devices: list[str]
     cpu_model: str | None = None
     nics: list[str] = field(default_factory=list)  # "eth0: 25,000 Mb/s, MTU 9000", up ones
+    # the control group's memory limit (a container's), when it is below memory_bytes: the most
+    # page cache this client can hold (feedbench.core.cgroup)
+    memory_limit_bytes: int | None = None
+
+    @property
+    def client_memory_bytes(self) -> int:
+        """The memory this client can cache data in: its RAM, or its control group's limit."""
+        if self.memory_limit_bytes is not None:
+            return min(self.memory_bytes, self.memory_limit_bytes)
+        return self.memory_bytes
 
     @staticmethod
     def current() -> HostInfo:
         import psutil
 
+        from feedbench.core.cgroup import memory_limit
+
+        ram = psutil.virtual_memory().total
+        limit = memory_limit()
         return HostInfo(
             hostname=socket.gethostname(),
             platform=platform.platform(),
             python=sys.version.split()[0],
             cpu_count=os.cpu_count() or 1,
-            memory_bytes=psutil.virtual_memory().total,
+            memory_bytes=ram,
             torch=_torch_version(),
             cuda_devices=cuda_devices(),
             cpu_model=_cpu_model(),
             nics=_nics(),
+            memory_limit_bytes=limit if limit is not None and limit < ram else None,
         )
 
 

@@ -87,7 +87,9 @@ def cpu_text(h) -> str:
 
 
 def ram_text(h) -> str:
-    return f"{h.memory_bytes / 2**30:,.1f} GiB"
+    limit = getattr(h, "memory_limit_bytes", None)
+    cgroup = f" (its cgroup may use {limit / 2**30:,.1f} GiB)" if limit is not None else ""
+    return f"{h.memory_bytes / 2**30:,.1f} GiB{cgroup}"
 
 
 def machine_text(m) -> str:

@@ -329,13 +329,16 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         accelerator=p.accelerator,
         warnings=list(notes) + p.warnings + skipped_warning(dataset),
     )
-    ram = psutil.virtual_memory().total
+    host = result.host
+    ram = host.client_memory_bytes if host else psutil.virtual_memory().total
+    ram_is = "RAM" if host is None or host.memory_limit_bytes is None else "its cgroup's memory"
     caveat = client_cache_caveat(result.system) if result.system else None
     if caveat:
         result.warnings.append(caveat)
     if not source.remote and 0 < dataset.bytes < 5 * ram:
         result.warnings.append(
-            f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× RAM ({ram / 1e9:.0f} GB): "
+            f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× {ram_is} "
+            f"({ram / 1e9:.{0 if ram >= 10e9 else 1}f} GB): "
             "in training it would stay in the page cache after the first epoch; the cold pass "
             "shows first-epoch speed, the warm pass later epochs"
         )

@@ -313,11 +313,12 @@ def broken_rules(result: ScanResult) -> list[str]:
     (:func:`not_checkable`); [] when it follows them all."""
     out = []
     size = result.dataset.bytes
-    ram_bytes = result.host.memory_bytes if result.host else None
+    ram_bytes = result.host.client_memory_bytes if result.host else None
     if ram_bytes is not None and size < DATASET_VS_RAM * ram_bytes:
+        what = "RAM" if result.host.memory_limit_bytes is None else "memory (its cgroup's limit)"
         out.append(
-            f"dataset {size / 1e9:,.2f} GB is under {DATASET_VS_RAM}× this client's RAM "
-            f"({ram_bytes / 1e9:,.0f} GB): a client could cache it"
+            f"dataset {size / 1e9:,.2f} GB is under {DATASET_VS_RAM}× this client's {what} "
+            f"({ram_bytes / 1e9:,.{0 if ram_bytes >= 10e9 else 1}f} GB): a client could cache it"
         )
     first = result.measurements[0].pass_name if result.measurements else None
     if first != "cold":

@@ -242,3 +242,15 @@ def test_batches_ready_ahead_are_one_per_worker_but_dalis_prefetch_queue():
     assert batches_ahead(m, {"loader": "dali", "loader_options": {}}) == 2
     assert batches_ahead(m, {"loader": "dali", "loader_options": {"prefetch": 3}}) == 3
     assert batches_ahead(dataclasses.replace(m, workers=0), {}) == 1
+
+
+def test_the_ram_rule_reads_the_client_cgroups_memory_limit_where_there_is_one():
+    """A client in a container caches no more than its control group may use: 20 GB of data is
+    5× a 4 GB limit on a 32 GB host (valid), and under 5× a 5 GB one (named as the cgroup's)."""
+    ms = _repeats(2, [100, 100, 100], 0.9)
+    limited = _result(ms, dataset_bytes=20 * GB)
+    limited.host = dataclasses.replace(limited.host, memory_limit_bytes=4 * GB)
+    assert assess(limited, 0.9).broken == []
+    limited.host = dataclasses.replace(limited.host, memory_limit_bytes=5 * GB)
+    (rule,) = assess(limited, 0.9).broken
+    assert "under 5× this client's memory (its cgroup's limit) (5.0 GB)" in rule
