@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from feedbench.core.files import read_stripped
+
 NO_LIMIT = 1 << 60  # v1 writes "no limit" as a page-rounded 2**63 - 1; anything above is none
 
 
@@ -46,25 +48,18 @@ def _v2_limit(root: Path, path: str) -> int | None:
     for level in [here, *here.parents]:
         if level == base.parent:
             break
-        value = _read(level / "memory.max")
+        value = read_stripped(level / "memory.max")
         if value is not None and value != "max":
             limits.append(int(value))
     return min(limits) if limits else None
 
 
 def _v1_limit(root: Path, path: str) -> int | None:
-    stat = _read(root / "memory" / path.lstrip("/") / "memory.stat")
+    stat = read_stripped(root / "memory" / path.lstrip("/") / "memory.stat")
     if stat is None:  # a container sees its own group as the root of the hierarchy
-        stat = _read(root / "memory" / "memory.stat")
+        stat = read_stripped(root / "memory" / "memory.stat")
     for line in (stat or "").splitlines():
         key, _, value = line.partition(" ")
         if key == "hierarchical_memory_limit":
             return int(value)
     return None
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except (OSError, ValueError):
-        return None

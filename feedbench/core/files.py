@@ -34,3 +34,12 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         if isinstance(e, OSError) and e.filename is None:  # write(): no name of its own
             raise OSError(e.errno, e.strerror, str(target)) from e
         raise
+
+
+def read_stripped(path: Path) -> str | None:
+    """A small text file's content without surrounding blanks (a /proc or /sys entry), or None
+    when it cannot be read."""
+    try:
+        return path.read_text().strip()
+    except (OSError, ValueError):  # ValueError: not text (UnicodeDecodeError)
+        return None

@@ -48,6 +48,7 @@ from typing import Any
 
 import psutil
 
+from feedbench.core.files import read_stripped
 from feedbench.core.proctree import descendants
 from feedbench.core.timeline import MonitorSample, Timeline
 
@@ -88,16 +89,11 @@ def external_nics(names: list[str] | None = None) -> list[str]:
         names = list(psutil.net_io_counters(pernic=True).keys())
     if not sys.platform.startswith("linux") or not _SYS_NET.is_dir():
         return sorted(n for n in names if not re.match(r"^lo\d*$", n))
-    outside = [n for n in names if n != "lo" and _read(_SYS_NET / n / "type") != _ARPHRD_LOOPBACK]
+    outside = [
+        n for n in names if n != "lo" and read_stripped(_SYS_NET / n / "type") != _ARPHRD_LOOPBACK
+    ]
     devices = [n for n in outside if (_SYS_NET / n / "device").exists()]
     return sorted(devices or [n for n in outside if not n.startswith("ifb")])
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 @dataclass

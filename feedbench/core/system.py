@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from feedbench.core.files import read_stripped
+
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "ceph", "glusterfs", "lustre", "9p",
               "afs", "beegfs", "gpfs", "wekafs", "virtiofs")  # fmt: skip
 
@@ -43,13 +45,6 @@ class SystemUnderTest:
     endpoint: str | None = None  # URL: the host (S3: the endpoint), no credentials
     credentials: bool | None = None  # URL: whether credentials were used
     network: bool = False  # bytes cross a network (a network or FUSE filesystem, a URL)
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def _unescape(text: str) -> str:
@@ -87,14 +82,14 @@ def block_device(device: str) -> BlockDevice | None:
     if (part / "partition").exists():
         name = part.resolve().parent.name
     base = Path("/sys/block") / name
-    ra = _read(base / "queue" / "read_ahead_kb")
-    rot = _read(base / "queue" / "rotational")
-    size = _read(base / "size")
-    scheduler = _read(base / "queue" / "scheduler") or ""  # "none [mq-deadline] kyber"
+    ra = read_stripped(base / "queue" / "read_ahead_kb")
+    rot = read_stripped(base / "queue" / "rotational")
+    size = read_stripped(base / "size")
+    scheduler = read_stripped(base / "queue" / "scheduler") or ""  # "none [mq-deadline] kyber"
     chosen = scheduler.partition("[")[2].partition("]")[0] or scheduler or None
     return BlockDevice(
         name=name,
-        model=_read(base / "device" / "model"),
+        model=read_stripped(base / "device" / "model"),
         rotational=None if rot is None else rot == "1",
         read_ahead_kb=int(ra) if ra and ra.isdigit() else None,
         scheduler=chosen,
