@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
-
 from feedbench.core.envelope import DatasetInfo, envelope, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.listing import skipped_files, skipped_warning
@@ -41,7 +39,13 @@ from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_e
 from feedbench.scan.forkserver import SERVER_PARENT_ENV
 from feedbench.scan.opening import SCAN_PID_ENV, check_direct, open_source
 from feedbench.scan.results import Measurement, RankOutcome, ScanResult
-from feedbench.scan.sizing import assess, disturbed, find_max_result, short_count
+from feedbench.scan.sizing import (
+    assess,
+    client_memory_text,
+    disturbed,
+    find_max_result,
+    short_count,
+)
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from feedbench.scan.verdict import judge
@@ -329,16 +333,14 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
         accelerator=p.accelerator,
         warnings=list(notes) + p.warnings + skipped_warning(dataset),
     )
-    host = result.host
-    ram = host.client_memory_bytes if host else psutil.virtual_memory().total
-    ram_is = "RAM" if host is None or host.memory_limit_bytes is None else "its cgroup's memory"
     caveat = client_cache_caveat(result.system) if result.system else None
     if caveat:
         result.warnings.append(caveat)
-    if not source.remote and 0 < dataset.bytes < 5 * ram:
+    host = result.host
+    if host and not source.remote and 0 < dataset.bytes < 5 * host.client_memory_bytes:
         result.warnings.append(
-            f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× {ram_is} "
-            f"({ram / 1e9:.{0 if ram >= 10e9 else 1}f} GB): "
+            f"dataset ({dataset.bytes / 1e9:.2f} GB) is smaller than 5× this client's "
+            f"{client_memory_text(host)}: "
             "in training it would stay in the page cache after the first epoch; the cold pass "
             "shows first-epoch speed, the warm pass later epochs"
         )

@@ -12,6 +12,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from feedbench.core.envelope import HostInfo
 from feedbench.core.timeline import summarize
 from feedbench.scan.results import Measurement, ScanResult, Sizing
 from feedbench.scan.sweep import FoundMax, curve_points
@@ -308,17 +309,23 @@ def not_checkable(result: ScanResult) -> list[str]:
     return out
 
 
+def client_memory_text(host: HostInfo) -> str:
+    """The memory a client can cache data in, named: "RAM (25 GB)", or "memory (its cgroup's
+    limit) (4.0 GB)" in a memory-limited container."""
+    n = host.client_memory_bytes
+    what = "RAM" if host.memory_limit_bytes is None else "memory (its cgroup's limit)"
+    return f"{what} ({n / 1e9:,.{0 if n >= 10e9 else 1}f} GB)"
+
+
 def broken_rules(result: ScanResult) -> list[str]:
     """Each sizing rule ``result`` breaks, in words, then each it cannot be checked against
     (:func:`not_checkable`); [] when it follows them all."""
     out = []
     size = result.dataset.bytes
-    ram_bytes = result.host.client_memory_bytes if result.host else None
-    if ram_bytes is not None and size < DATASET_VS_RAM * ram_bytes:
-        what = "RAM" if result.host.memory_limit_bytes is None else "memory (its cgroup's limit)"
+    if result.host and size < DATASET_VS_RAM * result.host.client_memory_bytes:
         out.append(
-            f"dataset {size / 1e9:,.2f} GB is under {DATASET_VS_RAM}× this client's {what} "
-            f"({ram_bytes / 1e9:,.{0 if ram_bytes >= 10e9 else 1}f} GB): a client could cache it"
+            f"dataset {size / 1e9:,.2f} GB is under {DATASET_VS_RAM}× this client's "
+            f"{client_memory_text(result.host)}: a client could cache it"
         )
     first = result.measurements[0].pass_name if result.measurements else None
     if first != "cold":
