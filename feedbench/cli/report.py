@@ -12,10 +12,13 @@ from feedbench.cli.app import app, out
 Target = Annotated[Path | None, typer.Option(metavar="PATH")]
 
 
-@app.command()
+@app.command(short_help="Show a results file again; write it as HTML, Markdown or CSV.")
 def report(
     results: Annotated[
-        Path, typer.Argument(help="A results file: scan, verify, compare or prediction check.")
+        Path,
+        typer.Argument(
+            metavar="RESULTS", help="A results file: scan, verify, compare or prediction check."
+        ),
     ],
     html: Annotated[
         Path | None,
@@ -38,7 +41,7 @@ def report(
         typer.Option(
             metavar="PATH",
             help="Also write the summary table as CSV here: a scan's every repeat "
-            "(repeat 1, 2, …) and each point's mean (repeat mean); one row per "
+            "(numbered from 1) and each point's mean (repeat mean); one row per "
             "system (compare) or run (verify).",
         ),
     ] = None,

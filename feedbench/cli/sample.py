@@ -22,7 +22,7 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import MIN_SAMPLES  # not sample_workload: it imports torch
 
 
-@app.command()
+@app.command(short_help="Make a sample dataset: JPEGs, tar shards or a workload's data.")
 def sample(
     out_dir: Annotated[Path, typer.Argument(metavar="OUT", help="New or empty directory.")],
     images: Annotated[int, typer.Option("--images", "-n", help="Number of images.")] = 1000,

@@ -99,7 +99,7 @@ Describe = Annotated[
 ]
 
 
-@app.command()
+@app.command(short_help="How fast N consumers can read this data, stage by stage.")
 def scan(
     path: o.Data = None,
     stages: Stages = "read,decode,augment",
