@@ -105,6 +105,12 @@ Json = Annotated[
     typer.Option("--json", help="Results file (default: results/COMMAND-TIME.json)."),
 ]
 Plots = Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")]
+Wide = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Every column in the terminal's tables (files/s, efficiency, workers)."
+    ),
+]
 Profile = Annotated[
     str | None, typer.Option(help="Emulated accelerator, e.g. resnet50-h200 (see profiles).")
 ]

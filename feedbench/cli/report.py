@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from feedbench.cli import options as o
 from feedbench.cli.app import app, out
 
 Target = Annotated[Path | None, typer.Option(metavar="PATH")]
@@ -45,12 +46,13 @@ def report(
             "system (compare) or run (verify).",
         ),
     ] = None,
+    wide: o.Wide = False,
 ) -> None:
     """Show a results file again, as the command printed it (and as HTML, Markdown or CSV)."""
     from feedbench.report.export import write_exports
     from feedbench.report.kinds import load_any, render
 
     kind, result = load_any(results)
-    render(kind, result, out)
+    render(kind, result, out, wide)
     for what, written in write_exports(kind, result, str(results), html=html, md=md, csv=csv):
         out.print(f"{what}: {written}")
