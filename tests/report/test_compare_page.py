@@ -81,8 +81,8 @@ def test_the_winner_and_the_cost_per_accelerator_fed_lead_the_page():
     doc = compare_document(_priced(), "c.json")
     shown = read_page(page(doc, [], "c.json"))
     assert shown.by_class["headline"] == [
-        "cheap costs least per h200 fed: $10,000 against $20,000 for dear (2.00× more; beyond "
-        "the spread)"
+        "cheap costs least per h200 fed: $10,000 against $20,000 for dear, which costs 2.0× more "
+        "(beyond the spread)"
     ]
     assert "Valid for sizing" in flat(shown.text_of["answer"])
     head, *rows = shown.tables[0]
