@@ -25,6 +25,9 @@ def number_column(table: Table, header: str, **kw: Any) -> None:
 def print_table(console: Console, table: Table) -> None:
     """``table`` at the console's width, or wider where its numbers need it (--wide on a
     narrow terminal): a line the terminal wraps, never a number cut."""
+    if table.title:  # a line of its own, wrapped at the terminal's width, not the table's
+        console.print(table.title, style="table.title", highlight=False)
+        table.title = None
     need = _least_width(table)
     if need > console.width:
         table.width = need  # rich then lays it out wider than the console
