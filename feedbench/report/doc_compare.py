@@ -61,7 +61,14 @@ def compare_document(cmp: Comparison, source: str) -> Document:
 
 
 def answer(cmp: Comparison) -> list[str]:
-    lines = [cmp.winner] if cmp.winner else list(cmp.summary[:1])
+    """The answer to the page's question: the winner (by accelerators fed or their cost), else
+    the samples/s ranking at the most consumers every file measured, else the first summary."""
+    if cmp.winner:
+        lines = [cmp.winner]
+    elif cmp.rankings:
+        lines = [cmp.rankings[-1].text]
+    else:
+        lines = list(cmp.summary[:1])
     for c in cmp.columns:
         r = c.system
         if r is not None and r.accelerators_fed is not None:
