@@ -13,8 +13,9 @@ from feedbench.cli.app import Outputs, app, out, results_path
 Results = Annotated[
     list[Path],
     typer.Argument(
+        metavar="RESULTS",
         help="Two or more scan results files (feedbench scan --json); or scans and verify "
-        "results files: scan's predicted data wait beside verify's measured one."
+        "results files: scan's predicted data wait beside verify's measured one.",
     ),
 ]
 Labels = Annotated[
@@ -28,7 +29,7 @@ Costs = Annotated[
 PlotAlias = Annotated[Path | None, typer.Option("--plot", hidden=True)]
 
 
-@app.command()
+@app.command(short_help="Several scans side by side: which one feeds more GPUs.")
 def compare(
     results: Results,
     label: Labels = None,

@@ -10,6 +10,7 @@ import typer
 Data = Annotated[
     str | None,
     typer.Argument(
+        metavar="PATH",
         help="Image tree, .tar shard(s) (a folder, a glob or a brace list), data files (.npy, "
         ".npz, .tfrecord, .h5, .parquet; any file with --format files), a feedbench sample "
         "root, or an s3:// or http(s):// URL of one (default: sample_data/).",
@@ -22,8 +23,18 @@ Consumers = Annotated[
         "--consumers",
         "--gpus",
         "-c",
-        help="How many GPUs (DDP ranks, one process each), e.g. 8 or 1,2,4,8. scan: emulated "
-        "consumers; verify: training ranks (CPU processes without a GPU).",
+        help="Emulated consumers (GPUs: one process each, as DDP ranks), e.g. 8 or 1,2,4,8 "
+        "(a curve).",
+    ),
+]
+Gpus = Annotated[
+    str,
+    typer.Option(
+        "--gpus",
+        "--consumers",
+        "-c",
+        help="Training ranks (DDP, one process each; CPU processes without a GPU), e.g. 8 or "
+        "1,2,4,8.",
     ),
 ]
 Workers = Annotated[
@@ -35,13 +46,27 @@ BatchSize = Annotated[
     typer.Option(
         "--batch-size",
         "-b",
-        help="Samples per rank (default: the workload's or profile's, else 64; 4 on the bundled "
-        "sample).",
+        help="Samples per consumer (default: the workload's or profile's, else 64; 4 on the "
+        "bundled sample).",
+    ),
+]
+GpuBatchSize = Annotated[
+    int | None,
+    typer.Option(
+        "--batch-size",
+        "-b",
+        help="Per GPU with --scaling weak, global with strong (default 256; CPU: 16).",
     ),
 ]
 Warmup = Annotated[
     int | None,
-    typer.Option(help="Steps (batches) per rank left out of every rate and AU, before the clock."),
+    typer.Option(help="Batches per consumer left out of every rate and AU, before the clock."),
+]
+GpuWarmup = Annotated[
+    int | None,
+    typer.Option(
+        help="Steps per rank left out of every rate, before the clock (default 20; CPU: 5)."
+    ),
 ]
 WarmupAlias = Annotated[int | None, typer.Option("--warmup-batches", hidden=True)]
 Passes = Annotated[
@@ -52,8 +77,15 @@ TargetAu = Annotated[
     float | None,
     typer.Option(
         help="Accelerator utilisation that counts as fed: compute time ÷ step time (a step "
-        "waiting more than 1 − this for data is data-bound). Default 0.9; scan --workload: "
+        "waiting more than 1 − this for data is data-bound). Default 0.9; with --workload: "
         "its row's."
+    ),
+]
+GpuTargetAu = Annotated[
+    float,
+    typer.Option(
+        help="The share of each step a GPU must spend computing, not waiting for data, to count "
+        "as fed."
     ),
 ]
 Format = Annotated[
@@ -73,6 +105,12 @@ Json = Annotated[
     typer.Option("--json", help="Results file (default: results/COMMAND-TIME.json)."),
 ]
 Plots = Annotated[bool, typer.Option(help="Write PNG plots beside the results file.")]
+Wide = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Every column in the terminal's tables (files/s, efficiency, workers)."
+    ),
+]
 Profile = Annotated[
     str | None, typer.Option(help="Emulated accelerator, e.g. resnet50-h200 (see profiles).")
 ]

@@ -22,7 +22,7 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import MIN_SAMPLES  # not sample_workload: it imports torch
 
 
-@app.command()
+@app.command(short_help="Make a sample dataset: JPEGs, tar shards or a workload's data.")
 def sample(
     out_dir: Annotated[Path, typer.Argument(metavar="OUT", help="New or empty directory.")],
     images: Annotated[int, typer.Option("--images", "-n", help="Number of images.")] = 1000,
@@ -133,9 +133,11 @@ def _workload(out_dir: Path, workload: str | None, size_gb: float | None, seed: 
         task = bar.add_task("sample", total=size_gb * 1e9)
         s = make_workload(out_dir, workload, size_gb, seed=seed,
                           progress=lambda n: bar.advance(task, n))  # fmt: skip
+    from feedbench.report.fmt import fmt_bytes
+
     scaled = f", sizes scaled ×{s.scale:.3g} to fit --size" if s.scale < 1 else ""
     out.print(
         f"{s.workload}: {s.samples:,} samples in {s.files:,} {s.fmt} files → {out_dir}/data; "
-        f"{s.bytes / 1e9:.3f} GB, mean {s.mean_sample_bytes / 1e3:.1f} KB ± "
-        f"{s.std_sample_bytes / 1e3:.1f} KB{scaled}"
+        f"{s.bytes / 1e9:.3f} GB, samples {fmt_bytes(s.mean_sample_bytes)} ± "
+        f"{fmt_bytes(s.std_sample_bytes)}{scaled}"
     )

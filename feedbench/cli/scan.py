@@ -99,7 +99,7 @@ Describe = Annotated[
 ]
 
 
-@app.command()
+@app.command(short_help="How fast N consumers can read this data, stage by stage.")
 def scan(
     path: o.Data = None,
     stages: Stages = "read,decode,augment",
@@ -132,6 +132,7 @@ def scan(
     loader_option: LoaderOption = None,
     json_out: o.Json = None,
     plots: o.Plots = True,
+    wide: o.Wide = False,
     warmup_batches: o.WarmupAlias = None,
 ) -> None:
     """Measure how fast PATH can be iterated by N consumers (emulated GPUs), stage by stage.
@@ -164,7 +165,7 @@ def scan(
         finally:
             progress.stop()
         stop.hold()  # a signal now would only cut the writing short
-        write_outputs(result, target, plots, outputs)
+        write_outputs(result, target, plots, outputs, wide)
     end(result, outputs, stop.signal)
 
 
@@ -255,7 +256,7 @@ def scan_config(options: dict):
     return apply_workload(ScanConfig(**kw), target_au_given=given_au)
 
 
-def write_outputs(result, target: Path, plots: bool, outputs: Outputs) -> None:
+def write_outputs(result, target: Path, plots: bool, outputs: Outputs, wide: bool = False) -> None:
     """The results file, the terminal's tables and the plots: each that fits is written (see
     :class:`Outputs`)."""
     from feedbench.core.envelope import save
@@ -265,7 +266,7 @@ def write_outputs(result, target: Path, plots: bool, outputs: Outputs) -> None:
 
     outputs.write("results", save, result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
-    render_scan(result, out)
+    render_scan(result, out, wide)
     if "results" not in outputs.failed:
         out.print(f"results: {target}")
     if plots and result.measurements:
@@ -291,16 +292,17 @@ def consumer(**options) -> None:
         config = scan_config(options)
         target = results_path(options.get("json_out"), "scan")
         plots = options.get("plots", True)
+        wide = options.get("wide", False)
         outputs = Outputs(target)
 
         def stalled(result, error: FeedbenchError) -> None:  # on the stall watch's thread
             if result is not None:
-                write_outputs(result, target, plots, outputs)
+                write_outputs(result, target, plots, outputs, wide)
             error_line(error)
 
         result = run_under_torchrun(config, on_update=outputs.update, on_stalled=stalled)
         if result is not None:
-            write_outputs(result, target, plots, outputs)
+            write_outputs(result, target, plots, outputs, wide)
             end(result, outputs, None)  # as for a local scan: written, then one line
     except RankLost as e:  # rank 0 says it
         code = e.code

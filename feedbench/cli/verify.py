@@ -22,8 +22,9 @@ LoaderNames = Annotated[
         "-l",
         help="baseline (stock DataLoader), dali-example (DALI as in its ResNet-50 example, GPU), "
         "torch, dali, wds, auto, synthetic (default: baseline + every loader installed but auto), "
-        "or your own factory, FILE.py:FUNCTION or MODULE:FUNCTION, called as scan --loader "
-        "calls it; it yields (images, labels) or images alone (then labels are made up).",
+        "or your own factory, FILE.py:FUNCTION or MODULE:FUNCTION, called in every rank with the "
+        "keywords it takes among rank, world_size, local_rank, batch_size, workers, seed, "
+        "epoch, path; it yields (images, labels) or images alone (then labels are made up).",
     ),
 ]
 Model = Annotated[
@@ -93,15 +94,15 @@ SyncEachStep = Annotated[
 ]
 
 
-@app.command()
+@app.command(short_help="Train with each loader on 1..N GPUs: do the GPUs stay fed?")
 def verify(
     data: o.Data = None,
-    consumers: o.Consumers = "1,2",
+    consumers: o.Gpus = "1,2",
     loader: LoaderNames = None,
     model: Model = None,
     steps: Steps = None,
-    warmup: o.Warmup = None,
-    batch_size: o.BatchSize = None,
+    warmup: o.GpuWarmup = None,
+    batch_size: o.GpuBatchSize = None,
     scaling: Scaling = "weak",
     image_size: ImageSize = None,
     workers: o.Workers = None,
@@ -112,7 +113,7 @@ def verify(
     cpu_affinity: CpuAffinity = "inherit",
     device: Device = "auto",
     synthetic: Synthetic = True,
-    target_au: o.TargetAu = 0.9,
+    target_au: o.GpuTargetAu = 0.9,
     seed: o.Seed = 0,
     run_timeout: RunTimeout = 1800.0,
     keep_going: KeepGoing = False,
@@ -120,10 +121,7 @@ def verify(
     plots: o.Plots = True,
     sync_each_step: SyncEachStep = False,
 ) -> None:
-    """Train with each loader on 1..N GPUs (DDP, torchrun) and show whether the GPUs stay fed.
-
-    Batch sizes are per GPU with --scaling weak, global with strong (default 256; CPU: 16);
-    warm-up steps default to 20 (CPU: 5)."""
+    """Train with each loader on 1..N GPUs (DDP, torchrun) and show whether the GPUs stay fed."""
     config = verify_config(locals())
     target = results_path(json_out, "verify")
     outputs = Outputs(target)

@@ -22,7 +22,7 @@ from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.report.current_rules import load_scan
-from feedbench.report.fmt import fed_text, supported_text
+from feedbench.report.fmt import count, fed_text, supported_text
 from feedbench.report.sut import system_facts
 from feedbench.scan.results import NOT_VALID, CurvePoint, ScanResult
 from feedbench.scan.sizing import stopped_undecided
@@ -181,7 +181,8 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         created_utc=result.created_utc,
         partial=result.partial,
         points=_points(result, pass_name),
-        verdict=v.text if v else None,
+        # the verdict's line and its first reason: why, beside the number
+        verdict=(v.text + (f" ({v.evidence[0]})" if v.evidence else "")) if v else None,
         bound=v.bound if v else None,
         resource=v.resource if v else None,
         supported_consumers=v.supported_consumers if v else None,
@@ -312,7 +313,7 @@ def ranking(columns: list[Column], n: int) -> Ranking | None:
     if len(have) < 2 or have[0].points[n].samples_per_s_mean <= 0:
         return None
     lead = have[0].points[n]
-    ratios, beyond, parts = [1.0], [None], [f"{have[0].label} {lead.samples_per_s_mean:,.0f}"]
+    ratios, beyond, parts = [1.0], [None], []
     for c in have[1:]:
         p = c.points[n]
         ratio = p.samples_per_s_mean / lead.samples_per_s_mean
@@ -325,8 +326,10 @@ def ranking(columns: list[Column], n: int) -> Ranking | None:
             why = "beyond the spread" if real else "within the spread"
         ratios.append(ratio)
         beyond.append(real)
-        parts.append(f"{c.label} {p.samples_per_s_mean:,.0f} ({ratio:.2f}×, {why})")
-    text = f"at {n} consumer{'s' if n != 1 else ''}, samples/s: " + " > ".join(parts)
+        parts.append(f"{_times(1 / ratio)} more than {c.label} ({why})")
+    rates = " > ".join(f"{c.label} {c.points[n].samples_per_s_mean:,.0f}" for c in have)
+    text = f"at {count(n, 'consumer')}, samples/s: {rates}; {have[0].label} delivers "
+    text += ", ".join(parts)
     return Ranking(
         consumers=n,
         labels=[c.label for c in have],
@@ -337,6 +340,30 @@ def ranking(columns: list[Column], n: int) -> Ranking | None:
     )
 
 
+def _times(x: float) -> str:
+    """A ratio as a reader says it: "1.6×", "12×"."""
+    return f"{x:.0f}×" if x >= 10 else f"{x:.1f}×"
+
+
+def same_storage(columns: list[Column]) -> bool:
+    """Whether every scan read the same storage from the same host: then they compare settings
+    (a loader's workers, the batch, a cache state), not storage."""
+    return len({(c.host, c.storage) for c in columns}) == 1 and columns[0].storage is not None
+
+
+def question(columns: list[Column]) -> str:
+    """The question these files can answer: of storage, or (one storage) of settings; by cost
+    per accelerator fed where every system is priced, by accelerators fed where each feeds
+    one, else by samples/s."""
+    what = "setting" if same_storage(columns) else "storage"
+    fed = [c for c in columns if c.system and c.system.accelerators_fed is not None]
+    if len(fed) == len(columns) and all(c.system.usd_per_accelerator_fed for c in fed):
+        return f"Which {what} costs least per accelerator fed?"
+    if len(fed) == len(columns) and len({c.accelerator for c in fed}) == 1:
+        return f"Which {what} feeds more accelerators?"
+    return f"Which {what} delivers more samples/s?"
+
+
 def summarize(columns: list[Column], common: list[int]) -> list[str]:
     lines = []
     for c in columns:
@@ -345,8 +372,7 @@ def summarize(columns: list[Column], common: list[int]) -> list[str]:
             continue
         parts = [
             f"{c.label}: best {best.samples_per_s_mean:,.0f} samples/s "
-            f"({best.mb_per_s_mean:,.0f} MB/s) at {best.consumers} consumer"
-            f"{'s' if best.consumers != 1 else ''}"
+            f"({best.mb_per_s_mean:,.0f} MB/s) at {count(best.consumers, 'consumer')}"
         ]
         fed = c.system.accelerators_fed if c.system else None
         if fed is not None:
@@ -453,17 +479,17 @@ def winner(columns: list[Column]) -> str | None:
             return None if s is None else u * s / r.accelerators_fed
 
         return (
-            f"{a.label} costs least per {acc} fed: ${ua:,.0f} against ${ub:,.0f} for {b.label} "
-            f"({ub / ua:.2f}× more; {_beyond(ua, sd(ra, ua), ub, sd(rb, ub))})"
+            f"{a.label} costs least per {acc} fed: ${ua:,.0f} against ${ub:,.0f} for {b.label}, "
+            f"which costs {_times(ub / ua)} more ({_beyond(ua, sd(ra, ua), ub, sd(rb, ub))})"
         )
     rows.sort(key=lambda cr: cr[1].accelerators_fed, reverse=True)
     (a, ra), (b, rb) = rows[0], rows[1]
     fa, fb = ra.accelerators_fed, rb.accelerators_fed
-    ratio = f"{fa / fb:.2f}×" if fb > 0 else "where it feeds none"
+    ratio = f"{_times(fa / fb)} more than {b.label}" if fb > 0 else f"{b.label} feeds none"
     return (
-        f"{a.label} feeds the most: {fa:.1f} × {acc} at AU ≥ {ra.target_au:.0%} against "
-        f"{fb:.1f} for {b.label} ({ratio}; "
-        f"{_beyond(fa, ra.accelerators_fed_std, fb, rb.accelerators_fed_std)})"
+        f"{a.label} feeds the most, {ratio}: {fed_text(fa)} × {acc} at AU ≥ "
+        f"{ra.target_au:.0%} against {fed_text(fb)} "
+        f"({_beyond(fa, ra.accelerators_fed_std, fb, rb.accelerators_fed_std)})"
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from feedbench.report.compare import Column, Comparison, SystemRow
+from feedbench.report.compare import Column, Comparison, SystemRow, question
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_rate, plain, shown, supported_text
+from feedbench.report.tables import TABLE_STYLE, number_column, print_table, text_column
 from feedbench.scan.results import CurvePoint
 
 
@@ -14,12 +15,11 @@ def render_compare(cmp: Comparison, console: Console) -> None:
     """A :class:`feedbench.report.compare.Comparison` as tables and sentences."""
     cmp = shown(cmp)  # names and labels from the data: one line each, never markup
     console.print(
-        f"[bold]comparing {len(cmp.columns)} scans[/], {plain(cmp.pass_name)} pass "
-        "(samples/s after warm-up, mean ± std over repeats)"
+        f"[bold]{plain(question(cmp.columns))}[/] {len(cmp.columns)} scans, "
+        f"{plain(cmp.pass_name)} pass (samples/s after warm-up, mean ± std over repeats)"
     )
-    console.print(_setup_table(cmp.columns))
-    console.print(_systems_table(cmp.columns))
-    console.print(_throughput_table(cmp))
+    for table in (_setup_table(cmp.columns), _systems_table(cmp.columns), _throughput_table(cmp)):
+        print_table(console, table)
     _print_sentences(cmp, console)
 
 
@@ -32,11 +32,13 @@ def _systems_table(cols: list[Column]) -> Table:
     found = any(c.supported_consumers is not None or c.supported_at_least for c, _ in rows)
     heads = ["system", "fed", "N"] + ["supported"] * found + ["MB/s", "files/s", "read p99"]
     heads += ["clients"] * several + ["$/fed"] * priced + ["sizing"]
-    table = Table(title="systems", title_justify="left")
+    table = Table(title="systems (each at its best consumer count N)", title_justify="left",
+                  **TABLE_STYLE)  # fmt: skip
     for name in heads:
-        table.add_column(
-            name, justify="left" if name in ("system", "sizing") else "right", no_wrap=True
-        )
+        if name in ("system", "sizing"):
+            text_column(table, name)
+        else:
+            number_column(table, name)
     for c, r in rows:
         cells = [
             plain(c.label),
@@ -66,10 +68,10 @@ def _valid(r: SystemRow) -> str:
 
 def _setup_table(cols: list[Column]) -> Table:
     """What each scan measured, one column per scan."""
-    table = Table(title="setups", title_justify="left")
-    table.add_column("")
+    table = Table(title="setups", title_justify="left", **TABLE_STYLE)
+    text_column(table, "", min_width=6)
     for c in cols:
-        table.add_column(plain(c.label))
+        text_column(table, plain(c.label))
     for name, values in _setup_rows(cols):
         table.add_row(name, *(plain(v) for v in values))
     return table
@@ -104,10 +106,17 @@ def _throughput_table(cmp: Comparison) -> Table:
     """One row per consumer count (the fastest in bold where several measured it), then the
     verdicts' limiting stage and how many accelerators each setup feeds."""
     cols = cmp.columns
-    table = Table(title="throughput by consumer count", title_justify="left")
-    table.add_column("N", justify="right")
+    table = Table(
+        title="throughput by consumer count N (samples/s; MB/s, efficiency, AU under it)",
+        title_justify="left",
+        **TABLE_STYLE,
+    )
+    number_column(table, "N")
     for c in cols:
-        table.add_column(plain(c.label), justify="right")
+        # the first line of a cell (samples/s ± std) never breaks; the line under it may
+        rates = [_rate_text(c.points[n]) for n in cmp.counts if n in c.points]
+        width = max([len(r) for r in rates] + [len(c.label), len("not measured")])
+        table.add_column(plain(c.label), justify="right", overflow="fold", min_width=width)
     for n in cmp.counts:
         have = [c.points[n].samples_per_s_mean for c in cols if n in c.points]
         top = max(have) if len(have) > 1 else None
@@ -122,8 +131,7 @@ def _rate_cell(p: CurvePoint | None, top: float | None) -> str:
     """samples/s (± std over repeats), bold when it is ``top``; MB/s, efficiency and AU under it."""
     if p is None:
         return "[dim]not measured[/]"
-    spread = f" ± {fmt_rate(p.samples_per_s_std)}" if p.repeats > 1 else ""
-    rate = f"{fmt_rate(p.samples_per_s_mean)}{spread}"
+    rate = _rate_text(p)
     if top is not None and p.samples_per_s_mean == top:
         rate = f"[bold]{rate}[/]"
     extra = [f"{p.mb_per_s_mean:,.0f} MB/s"]
@@ -132,6 +140,11 @@ def _rate_cell(p: CurvePoint | None, top: float | None) -> str:
     if p.au_mean is not None:
         extra.append(f"AU {p.au_mean:.0%}")
     return f"{rate}\n[dim]{' · '.join(extra)}[/]"
+
+
+def _rate_text(p: CurvePoint) -> str:
+    spread = f" ± {fmt_rate(p.samples_per_s_std)}" if p.repeats > 1 else ""
+    return f"{fmt_rate(p.samples_per_s_mean)}{spread}"
 
 
 def _feeds_cell(c: Column) -> str:

@@ -21,6 +21,7 @@ from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.results import NOT_VALID, ScanResult, Sizing
 from feedbench.scan.sizing import assess
+from feedbench.scan.verdict import judge
 from feedbench.version import __version__
 
 
@@ -51,11 +52,13 @@ def target_au(result: ScanResult) -> float:
 
 
 def rejudge(result: ScanResult, path: str, written_by: str | None) -> str | None:
-    """Replace ``result``'s sizing by today's; the warning (also added to its warnings) when
-    that changed what it says, else None."""
+    """Replace ``result``'s sizing (and its verdict's words) by today's; the warning (also
+    added to its warnings) when that changed what it says, else None."""
     old = result.sizing
     new = assess(result, target_au(result))
     result.sizing = new
+    if result.verdict is not None:  # today's words for the same judgement (a pure function)
+        result.verdict = judge(result, target_au(result)) or result.verdict
     changes = sizing_changes(old, new)
     if not changes:
         return None

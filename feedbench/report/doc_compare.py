@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from feedbench.report.compare import Column, Comparison
+from feedbench.report.compare import Column, Comparison, question
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, supported_text
 from feedbench.scan.results import NOT_VALID
@@ -18,7 +18,7 @@ def compare_document(cmp: Comparison, source: str) -> Document:
     valid = all(c.system.valid_for_sizing for c in judged) if judged else None
     return Document(
         kind="compare",
-        title=f"Which storage feeds more accelerators? {' vs '.join(c.label for c in cmp.columns)}",
+        title=f"{question(cmp.columns)} {' vs '.join(c.label for c in cmp.columns)}",
         subtitle=f"feedbench compare · {Path(source).name} · {cmp.pass_name} pass · "
         f"{cmp.created_utc}",
         answer=answer(cmp),
@@ -61,7 +61,14 @@ def compare_document(cmp: Comparison, source: str) -> Document:
 
 
 def answer(cmp: Comparison) -> list[str]:
-    lines = [cmp.winner] if cmp.winner else list(cmp.summary[:1])
+    """The answer to the page's question: the winner (by accelerators fed or their cost), else
+    the samples/s ranking at the most consumers every file measured, else the first summary."""
+    if cmp.winner:
+        lines = [cmp.winner]
+    elif cmp.rankings:
+        lines = [cmp.rankings[-1].text]
+    else:
+        lines = list(cmp.summary[:1])
     for c in cmp.columns:
         r = c.system
         if r is not None and r.accelerators_fed is not None:

@@ -9,6 +9,9 @@ from typing import Any
 from rich.markup import escape
 
 from feedbench.core.redact import map_strings
+from feedbench.core.words import count, setup_text
+
+__all__ = ["count", "setup_text"]  # words for counts live in core: the verdict uses them too
 
 # C0 and C1 controls (line breaks, ESC), the Unicode line and paragraph separators, and the
 # bidirectional overrides that reorder what follows them on screen

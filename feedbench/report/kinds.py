@@ -67,8 +67,12 @@ def _verify_config_types() -> dict[str, Any]:
     return typing.get_type_hints(VerifyConfig) | added
 
 
-def render(kind: str, result: Any, console: Console) -> None:
-    KINDS[kind][1](result, console)
+def render(kind: str, result: Any, console: Console, wide: bool = False) -> None:
+    """The results in the terminal; ``wide``: a scan's every column."""
+    if kind == "scan":
+        scan_console.render_scan(result, console, wide)
+    else:
+        KINDS[kind][1](result, console)
 
 
 def plots(kind: str, result: Any, directory: str) -> list[Path]:

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from feedbench.report.doc_scan import not_judged_text
 from feedbench.report.fmt import (
+    count,
     fed_text,
     fmt_bytes,
     fmt_pct,
@@ -15,14 +16,18 @@ from feedbench.report.fmt import (
     fmt_s,
     plain,
     rate_bound_text,
+    setup_text,
     shown,
 )
 from feedbench.report.sut import fact_groups, partial_flag, slowed_flag
+from feedbench.report.tables import TABLE_STYLE, number_column, print_table, text_column
 from feedbench.scan.results import NOT_VALID, Measurement, ScanResult
 from feedbench.scan.sizing import find_max_note, rate_disagrees
 
 
-def render_scan(result: ScanResult, console: Console) -> None:
+def render_scan(result: ScanResult, console: Console, wide: bool = False) -> None:
+    """A scan's results in the terminal; ``wide``: every column (files/s, efficiency, the
+    workers, each consumer's first batch)."""
     result = shown(result)  # names from the data: one line each, never markup
     ds = result.dataset
     samples = f"{ds.samples:,} samples" if ds.samples is not None else "samples counted per pass"
@@ -45,22 +50,25 @@ def render_scan(result: ScanResult, console: Console) -> None:
             f" {fmt_s(acc['step_s'])} per batch of {acc.get('batch_size', cfg['batch_size'])}, "
             f"steps {mode}"
         )
-    _curve_table(result, console)
+    _curve_table(result, console, wide)
     for m in _references(result):
         _stage_table(m, console)
         if m.consumers > 1:
-            _consumer_table(m, console)
+            _consumer_table(m, console, wide)
     fm = cfg.get("find_max_result")
+    undecided = find_max_note(fm) if fm else None
     if fm:
         mark = {True: "✓", False: "✗", None: "?"}  # ?: undecided, its window too short
         tried = ", ".join(f"{k}{mark[v]}" for k, v in fm["tried"].items())
         console.print(f"find-max (AU ≥ {cfg['target_au']:.0%}): tried {tried}")
-        undecided = find_max_note(fm)
         if undecided:
             console.print(f"[yellow]{escape(undecided)}[/] ({NOT_VALID})")
     v = result.verdict
     if v is not None:
         console.print(f"[bold]verdict:[/] {plain(v.text)}")
+        for line in v.evidence:
+            if line != undecided:  # said above, under find-max
+                console.print(f"  · {plain(line)}", highlight=False)
     _sizing_line(result, console)
     for e in result.errors[:5]:
         console.print(f"  [yellow]skipped[/] {plain(e.key)} ({plain(e.stage)}): {plain(e.message)}")
@@ -83,63 +91,69 @@ def _loader_line(cfg: dict) -> str:
     return line
 
 
-def _curve_table(result: ScanResult, console: Console) -> None:
+def _curve_table(result: ScanResult, console: Console, wide: bool) -> None:
     if not result.curve:
         return
     basis = "after warm-up" if result.curve[0].rate_basis == "steady" else "whole pass"
-    table = Table(title=f"scaling (samples/s, MB/s, files/s {basis})", title_justify="left")
-    for col, just in (
-        ("N", "right"),
-        ("pass", "left"),
-        ("workers", "right"),
-        ("samples/s", "right"),
-        ("± std", "right"),
-        ("CV", "right"),
-        ("MB/s", "right"),
-        ("files/s", "right"),
-        ("speedup", "right"),
-        ("effic.", "right"),
-        ("AU mean", "right"),
-        ("AU min", "right"),
-        ("runs", "right"),
-    ):
-        table.add_column(col, justify=just)  # type: ignore[arg-type]
     workers = {(m.consumers, m.pass_name): m.workers for m in result.measurements}
+    passes = len({c.pass_name for c in result.curve}) > 1
+    few = {workers.get((c.consumers, c.pass_name)) for c in result.curve}
+    show_workers = wide or len(few) > 1
+    au = any(c.au_mean is not None for c in result.curve)
+    title = f"scaling ({basis}; mean ± std over repeats"
+    title += "" if show_workers or None in few else f"; {count(few.pop(), 'worker')} per consumer"
+    table = Table(title=title + ")", title_justify="left", **TABLE_STYLE)
+    number_column(table, "N")
+    if passes:
+        table.add_column("pass", no_wrap=True)
+    if show_workers:
+        number_column(table, "workers")
+    for head in ("samples/s", "± std", "CV", "MB/s"):
+        number_column(table, head)
+    if wide:
+        number_column(table, "files/s")
+    number_column(table, "speedup")
+    if wide:
+        number_column(table, "effic.")
+    if au:
+        number_column(table, "AU mean")
+        number_column(table, "AU min")
+    text_column(table, "runs", min_width=4)
     z = result.sizing
     for c in result.curve:
         judged = z is None or z.judged(c.consumers, c.pass_name)
-        table.add_row(
-            str(c.consumers) + ("" if judged else " [red]✗[/]"),
-            plain(c.pass_name),
-            str(workers.get((c.consumers, c.pass_name), "")),
-            fmt_rate(c.samples_per_s_mean),
-            fmt_rate(c.samples_per_s_std),
-            f"{c.cv:.1%}",
-            f"{c.mb_per_s_mean:,.1f}",
-            fmt_rate(c.files_per_s_mean),
-            f"{c.speedup:.2f}×" if c.speedup is not None else "—",
-            fmt_pct(c.efficiency),
-            fmt_pct(c.au_mean),
-            fmt_pct(c.au_min),
-            str(c.repeats) + (f" (+{c.failed} failed)" if c.failed else ""),
-        )
-    console.print(table)
+        cells = [str(c.consumers) + ("" if judged else " [red]✗[/]")]
+        cells += [plain(c.pass_name)] * passes
+        cells += [str(workers.get((c.consumers, c.pass_name), ""))] * show_workers
+        cells += [fmt_rate(c.samples_per_s_mean), fmt_rate(c.samples_per_s_std), f"{c.cv:.1%}",
+                  f"{c.mb_per_s_mean:,.1f}"]  # fmt: skip
+        cells += [fmt_rate(c.files_per_s_mean)] * wide
+        cells.append(f"{c.speedup:.2f}×" if c.speedup is not None else "—")
+        cells += [fmt_pct(c.efficiency)] * wide
+        cells += [fmt_pct(c.au_mean), fmt_pct(c.au_min)] * au
+        cells.append(str(c.repeats) + (f" (+{c.failed} failed)" if c.failed else ""))
+        table.add_row(*cells)
+    print_table(console, table)
     console.print(
-        "  speedup: samples/s ÷ samples/s of one consumer; effic.: samples/s ÷ (N × that), "
-        "shown only where every consumer had the workers the one consumer had (with the cores "
-        "shared out, one consumer already has the whole machine)"
+        "  speedup: samples/s ÷ samples/s of one consumer"
+        + (
+            "; effic.: samples/s ÷ (N × that), shown only where every consumer had the workers "
+            "the one consumer had (with the cores shared out, one consumer already has the "
+            "whole machine)"
+            if wide
+            else "; files/s and efficiency: --wide"
+        )
     )
     for d in z.not_judged if z else []:
-        n = d["consumers"]
         console.print(
-            f"  [red]✗ not judged[/] {n} consumer{'s' if n != 1 else ''}, {d['pass']}: "
+            f"  [red]✗ not judged[/] {count(d['consumers'], 'consumer')}, {d['pass']}: "
             f"{escape(d['why'])} (no headline or accelerators fed from it)",
             highlight=False,
         )
     for m in result.measurements:
         if m.failed:
             console.print(
-                f"  [red]failed[/] {m.consumers} consumer{'s' if m.consumers != 1 else ''}, "
+                f"  [red]failed[/] {count(m.consumers, 'consumer')}, "
                 f"{plain(m.pass_name)}, repeat {m.repeat}: {plain(m.failed)} "
                 "(no rate: left out of the curve)",
                 highlight=False,
@@ -159,29 +173,27 @@ def _references(result: ScanResult) -> list[Measurement]:
 def _stage_table(m: Measurement, console: Console) -> None:
     resident = "?" if m.cache.resident_before is None else f"{m.cache.resident_before:.0%}"
     title = (
-        f"stages — {m.consumers} consumer{'s' if m.consumers != 1 else ''} × {m.workers} workers, "
-        f"{plain(m.pass_name)} (cache resident before: {resident})"
+        f"stages — {setup_text(m.consumers, m.workers)}, {plain(m.pass_name)} (cache resident "
+        f"before: {resident}); rates per worker, busy time of all workers"
         + (" [red](partial)[/]" if m.partial else "")
     )
-    table = Table(title=title, title_justify="left")
-    table.add_column("stage")
-    table.add_column("share", justify="right")
-    table.add_column("samples/s per worker", justify="right")
-    table.add_column("MB/s in per worker", justify="right")
-    table.add_column("busy (all workers)", justify="right")
-    table.add_column("p50 / p99 latency", justify="right")
+    table = Table(title=title, title_justify="left", **TABLE_STYLE)
+    text_column(table, "stage")
+    for head in ("share", "samples/s", "MB/s in", "busy", "p50", "p99"):
+        number_column(table, head)
     for s in m.stages:
         if not s.available:
-            table.add_row(plain(s.name), "", "[dim]unavailable[/]", "", "", plain(s.note or ""))
+            note = f": {plain(s.note)}" if s.note else ""
+            table.add_row(f"{plain(s.name)} [dim](unavailable{note})[/]", *[""] * 6)
             continue
-        lat = f"{fmt_s(s.latency.p50_s)} / {fmt_s(s.latency.p99_s)}" if s.latency else ""
         table.add_row(
             plain(s.name),
             f"{s.share:.0%}" if s.name != "transfer-pageable" else "apart",
             fmt_rate(s.samples_per_s),
             f"{s.mb_per_s:,.1f}" if s.in_bytes else "",
             fmt_s(s.busy_s),
-            lat,
+            fmt_s(s.latency.p50_s) if s.latency else "",
+            fmt_s(s.latency.p99_s) if s.latency else "",
         )
     table.add_section()
     end_to_end = any(s.name.startswith("loader:") for s in m.stages)
@@ -191,14 +203,20 @@ def _stage_table(m: Measurement, console: Console) -> None:
     rate = m.steady_samples_per_s if common else m.samples_per_s
     mb = m.steady_mb_per_s if common and m.steady_mb_per_s is not None else m.mb_per_s
     table.add_row(
-        "[bold]pipeline[/]",
+        "[bold]pipeline[/] (total" + (", storage MB/s)" if end_to_end else ")"),
         "",
-        f"[bold]{fmt_rate(rate)}[/] total",
-        f"{mb:,.1f} total" + (" (storage)" if end_to_end else ""),
-        f"{fmt_s(m.window_s)} window" if common else f"{fmt_s(m.wall_s)} pass",
+        f"[bold]{fmt_rate(rate)}[/]",
+        f"{mb:,.1f}",
+        "",
+        "",
         "",
     )
-    console.print(table)
+    print_table(console, table)
+    _measurement_lines(m, common, end_to_end, console)
+
+
+def _measurement_lines(m: Measurement, common: bool, end_to_end: bool, console: Console) -> None:
+    """Under the stage table: the whole pass, the window its rates come from, and the counts."""
     console.print(
         f"  whole pass: {fmt_rate(m.samples_per_s)} samples/s over {fmt_s(m.wall_s)}"
         + (
@@ -212,7 +230,7 @@ def _stage_table(m: Measurement, console: Console) -> None:
         )
     )
     console.print(
-        f"  {m.samples:,} samples in {m.batches} batches, "
+        f"  {m.samples:,} samples in {count(m.batches, 'batch')}, "
         + (
             f"{fmt_bytes(m.read_bytes)} read from storage (I/O counters; files not counted "
             "inside the loader); first batch "
@@ -224,32 +242,34 @@ def _stage_table(m: Measurement, console: Console) -> None:
     )
 
 
-def _consumer_table(m: Measurement, console: Console) -> None:
-    table = Table(title="per consumer", title_justify="left")
-    for col in (
-        "rank",
-        "samples/s",
-        "batches",
-        "first batch",
-        "data wait p50 / p99",
-        "sync wait (barrier idle)",
-        "AU",
-    ):
-        table.add_column(col, justify="right")
+def _consumer_table(m: Measurement, console: Console, wide: bool) -> None:
+    table = Table(
+        title="per consumer (data wait: for its next batch; sync wait: for the other consumers)",
+        title_justify="left",
+        **TABLE_STYLE,
+    )
+    heads = ["rank", "samples/s", "batches"] + ["first batch"] * wide
+    heads += ["data wait p50", "p99", "sync wait", "idle/step", "AU"]
+    for head in heads:
+        number_column(table, head)
     for c in m.per_consumer:
-        wait = f"{fmt_s(c.data_wait.p50_s)} / {fmt_s(c.data_wait.p99_s)}" if c.data_wait else "—"
-        table.add_row(
+        cells = [
             str(c.rank),
             fmt_rate(c.samples_per_s),
             str(c.batches)
             + (f" [red](loader: {c.loader_batches})[/]" if _unequal(m, c.loader_batches) else ""),
-            fmt_s(c.first_batch_s),
-            wait,
-            fmt_s(c.sync_wait_s)
-            + (f" ({fmt_s(c.barrier_idle_s)}/step)" if c.barrier_idle_s is not None else ""),
+        ]
+        cells += [fmt_s(c.first_batch_s)] * wide
+        cells += [
+            fmt_s(c.data_wait.p50_s) if c.data_wait else "—",
+            fmt_s(c.data_wait.p99_s) if c.data_wait else "—",
+            fmt_s(c.sync_wait_s),
+            fmt_s(c.barrier_idle_s) if c.barrier_idle_s is not None else "—",
             fmt_pct(c.au),
-        )
-    console.print(table)
+        ]
+        table.add_row(*cells)
+    print_table(console, table)
+    console.print("  idle/step: the step barrier's own cost, counted in sync wait")
 
 
 def _sizing_line(result: ScanResult, console: Console) -> None:
@@ -264,8 +284,8 @@ def _sizing_line(result: ScanResult, console: Console) -> None:
         bound = f"; {rate_bound_text(z.accelerators_fed_by_au, z.accelerators_fed_by_rate)}"
         console.print(
             f"[bold]accelerators fed: {fed} × {plain(name)}[/] at AU ≥ "
-            f"{z.target_au:.0%} (best at {z.at_consumers} consumer"
-            f"{'s' if z.at_consumers != 1 else ''}{bound if rate_disagrees(z) else ''})"
+            f"{z.target_au:.0%} (best at {count(z.at_consumers, 'consumer')}"
+            f"{bound if rate_disagrees(z) else ''})"
         )
     elif result.accelerator and z.not_judged:
         console.print(f"[bold]accelerators fed: not judged[/] ({escape(not_judged_text(z))})")

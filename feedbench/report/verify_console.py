@@ -8,7 +8,8 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from feedbench.report.fmt import fmt_bytes, fmt_ms, fmt_rate, plain, shown
+from feedbench.report.fmt import count, fmt_bytes, fmt_ms, fmt_rate, plain, shown
+from feedbench.report.tables import print_table
 from feedbench.verify.analysis import loaders_in
 from feedbench.verify.results import (
     PART_COLUMNS,
@@ -34,8 +35,8 @@ def render_verify(result: VerifyResult, console: Console) -> None:
         console.print("settings: " + "; ".join(plain(t) for t in settings))
     order = loaders_in(result)
     runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
-    console.print(_throughput_table(runs))
-    console.print(_step_table(runs))
+    print_table(console, _throughput_table(runs))
+    print_table(console, _step_table(runs))
     _print_sentences(result, unit, console)
 
 
@@ -82,15 +83,16 @@ def tuned_settings(cfg: dict[str, Any]) -> list[str]:
     if cfg.get("cpu_affinity", "inherit") == "split":
         tuned.append("each rank pinned to its own share of the cores")
     if cfg.get("workers") is not None:
-        tuned.append(f"{cfg['workers']} loader workers / DALI threads per rank")
+        tuned.append(f"{count(cfg['workers'], 'loader worker')} (DALI: threads) per rank")
     return tuned
 
 
 def _column(table: Table, name: str) -> None:
+    """Numbers never wrap or cut; the loader's name (with its status) is the text that wraps."""
     if name == "loader":
-        table.add_column(name, justify="left", no_wrap=True, min_width=9)
+        table.add_column(name, justify="left", overflow="fold", min_width=9)
     else:
-        table.add_column(name, justify="right")
+        table.add_column(name, justify="right", no_wrap=True)
 
 
 def _name(r: VerifyRun) -> str:

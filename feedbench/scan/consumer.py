@@ -21,6 +21,7 @@ Measuring only: this module returns numbers and never renders.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -288,6 +289,9 @@ def stage_loader(
         st.Augment(image_size)  # import torchvision here once, not in every forked worker
     dataset = StageStream(source, units, stages, batch_size, image_size, seed)
     if workers > 0:
+        # torch warns of more workers than cores at every DataLoader and iterator, in every
+        # consumer; the scan says it once in its own warnings (run.py)
+        warnings.filterwarnings("ignore", "This DataLoader will create", UserWarning)
         return DataLoader(
             dataset,
             batch_size=None,

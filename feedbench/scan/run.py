@@ -34,6 +34,7 @@ from feedbench.core.supervise import (
     stop_signals_deferred,
 )
 from feedbench.core.system import client_cache_caveat
+from feedbench.core.words import count
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_exit_handlers
 from feedbench.scan.forkserver import SERVER_PARENT_ENV
@@ -434,6 +435,17 @@ def scan(
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
 
 
+def oversubscribed(workers: int, cores: int) -> str | None:
+    """The one warning for more loader workers per consumer than cores (torch's own, printed
+    by every DataLoader of every consumer, is not shown)."""
+    if workers <= cores:
+        return None
+    return (
+        f"{count(workers, 'loader worker')} per consumer on {count(cores, 'core')}: the workers "
+        "share the cores (--workers sets fewer)"
+    )
+
+
 def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanResult:
     result = new_result(config, source, notes, p)
     cores = os.cpu_count() or 1
@@ -445,6 +457,9 @@ def _scan(config, source, notes, p, on_update, on_count, on_progress) -> ScanRes
             result.warnings.append(
                 f"{n} consumers × {workers} workers > {source.units()} shards: some workers idle"
             )
+        shared = oversubscribed(workers, cores)
+        if shared and shared not in result.warnings:
+            result.warnings.append(shared)
         if on_count:  # (consumers, workers, bytes the count will read, about)
             on_count(n, workers, result.dataset.bytes * len(config.passes) * config.repeat)
         try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from feedbench.core.envelope import HostInfo
 from feedbench.core.timeline import summarize
+from feedbench.core.words import count, setup_text
 from feedbench.scan.results import Measurement, ScanResult, Sizing
 from feedbench.scan.sweep import FoundMax, curve_points
 
@@ -228,7 +229,7 @@ def short_rule(result: ScanResult) -> str | None:
     (k, need), m = min(short, key=lambda sm: sm[0][0] - sm[0][1])
     n, w = m.consumers, m.workers
     bs = result.config.get("batch_size")
-    at = f"at {n} consumer{'s' if n != 1 else ''} × {w} worker{'s' if w != 1 else ''}, "
+    at = f"at {setup_text(n, w)}, "
     advice = (
         f"give it more data, a smaller --batch-size{f' (now {bs})' if bs else ''}, fewer "
         "--consumers or --workers"
@@ -342,7 +343,7 @@ def broken_rules(result: ScanResult) -> list[str]:
     if noisy:
         worst = max(noisy, key=lambda p: p.cv)
         out.append(
-            f"repeats disagree: CV {worst.cv:.0%} at {worst.consumers} consumers "
+            f"repeats disagree: CV {worst.cv:.0%} at {count(worst.consumers, 'consumer')} "
             f"(needs ≤ {MAX_CV:.0%})"
         )
     busy = disturbed(result) if result.host else None

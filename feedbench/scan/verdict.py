@@ -1,10 +1,15 @@
-"""A scan → the bottleneck in words and numbers. A pure function of a ScanResult."""
+"""A scan → the bottleneck in words and numbers. A pure function of a ScanResult.
+
+A verdict's text is one line: the bound, its resource and the number that shows it (samples/s, or
+the AU); its evidence, one line each, says why (the reasons first, then the measurements behind
+them). Advice is given only where the run did not already follow it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from feedbench.core.timeline import summarize
+from feedbench.core.words import count, setup_text
 from feedbench.scan.results import (
     NOT_VALID,
     CurvePoint,
@@ -51,8 +56,9 @@ class _Case:
     busy: float | None  # mean busy cores
     others: float | None  # of those, cores used by processes outside the scan
     cores: int
-    where: str
-    feeding: str  # "; … samples/s = …× the appetite of one …", or "" without an accelerator
+    rate: float  # the reference's samples/s, as the curve gives it
+    where: str  # "2 consumers × 1 worker, cold pass"
+    feeding: str | None  # "… samples/s = …× the appetite of one …"; None without an accelerator
     supported: int | None
     feeds: float | None
     evidence: list[str]
@@ -74,13 +80,11 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
         verdict = _loader_verdict(case, backend) if backend else _stage_verdict(case)
     if short and case.appetite:
         k, need = short
-        verdict.text += (
-            f" (AU not judged: {k} measured batch{'es' if k != 1 else ''} per consumer, "
-            f"needs ≥ {need}; {NOT_VALID})"
-        )
+        why = f"AU not judged: {count(k, 'measured batch')} per consumer, needs ≥ {need}"
+        verdict.evidence.insert(0, f"{why}; {NOT_VALID}")
     undecided = find_max_note(result.config.get("find_max_result") or {})
     if undecided:  # its supported consumers are a lower bound, or none: say why
-        verdict.text += f" ({undecided})"
+        verdict.evidence.insert(0, undecided)
     return verdict
 
 
@@ -93,7 +97,7 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
     acc = result.accelerator
     appetite = float(acc["samples_per_s"]) if acc else None
     feeds = rate / appetite if appetite else None
-    feeding = ""
+    feeding = None
     if acc and feeds is not None:
         share = f"{feeds:.2f}" if feeds < 1 else f"{feeds:.1f}"
         if acc.get("kind") == "profile":
@@ -104,7 +108,7 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
             what = f"accelerator of {acc.get('name')}"
         # the rate against one accelerator's appetite; "accelerators fed" (at the target AU) is
         # the sizing's figure, not this one
-        feeding = f"; {_rate(rate)} samples/s = {share}× the appetite of one {what}"
+        feeding = f"{_rate(rate)} samples/s = {share}× the appetite of one {what}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor)
     machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
@@ -112,7 +116,6 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
     # sizing rules mark such a run, and the text says whose the cores were)
     busy = machine
     cores = result.host.cpu_count
-    n = top.consumers
     return _Case(
         top=top,
         point=point,
@@ -122,7 +125,8 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         busy=busy,
         others=seen.get("other_busy_cores_mean"),
         cores=cores,
-        where=f"{n} consumer{'s' if n != 1 else ''} × {top.workers} workers, {top.pass_name} cache",
+        rate=rate,
+        where=f"{setup_text(top.consumers, top.workers)}, {top.pass_name} pass",
         feeding=feeding,
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
@@ -144,11 +148,9 @@ def _evidence(
     cores: int,
     disk: float | None,
 ) -> list[str]:
-    """The numbers behind a verdict: stage shares, CPU, the barrier's cost, disk, read latency."""
-    evidence = [
-        f"{s.name}: {s.share:.0%} of loader time ({_rate(s.samples_per_s)} samples/s per worker)"
-        for s in stages
-    ]
+    """The measurements behind a verdict: CPU, the barrier's cost, disk, read latency (each
+    stage's share is in the stage table)."""
+    evidence = []
     machine, own = busy
     if machine is not None:
         mine = f", {own:.1f} by this scan" if own is not None else ""
@@ -173,16 +175,22 @@ def _read_stage(stages: list[StageStats]) -> StageStats | None:
     return next((s for s in stages if s.name == "read"), None)
 
 
+def _lines(case: _Case, reasons: list[str]) -> list[str]:
+    """A verdict's evidence: its reasons, what the rate feeds, then the measurements."""
+    return [*reasons, *([case.feeding] if case.feeding else []), *case.evidence]
+
+
 def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
     """With an emulated step: accelerator-bound at the target AU, sync-bound when consumers
     wait more for each other than for their data; None when neither."""
     point, top = case.point, case.top
     if point is not None and point.au_mean is not None and point.au_mean >= target_au:
         text = (
-            f"accelerator-bound: the data keeps up — AU {point.au_mean:.0%} (min "
-            f"{point.au_min:.0%}) at {top.consumers} consumers ({case.where}){case.feeding}"
+            f"accelerator-bound: AU {point.au_mean:.0%} (min {point.au_min:.0%}) at "
+            f"{case.where}: the data keeps up"
         )
-        return Verdict("accelerator", "none", text, case.evidence, case.supported, case.feeds)
+        why = [f"AU {point.au_mean:.0%} ≥ the {target_au:.0%} that counts as fed"]
+        return Verdict("accelerator", "none", text, _lines(case, why), case.supported, case.feeds)
     waits = sum(c.data_wait_s for c in top.per_consumer)
     # waiting for a slower consumer = sync wait beyond the barrier's own cost on every step
     syncs = sum(
@@ -192,11 +200,37 @@ def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
     # one consumer has no other to wait for: its sync time is the step's own overhead
     if top.consumers > 1 and syncs > waits and syncs > 0:
         text = (
-            f"sync-bound: consumers wait more for each other ({syncs:.2f} s) than for their own "
-            f"data ({waits:.2f} s) — uneven shards or a straggler{case.feeding}"
+            f"sync-bound (straggler): consumers wait {syncs:.2f} s for each other, "
+            f"{waits:.2f} s for their own data, at {case.where}"
         )
-        return Verdict("sync", "straggler", text, case.evidence, case.supported, case.feeds)
+        why = ["uneven shards or a straggler: the consumers wait more for each other than for data"]
+        return Verdict("sync", "straggler", text, _lines(case, why), case.supported, case.feeds)
     return None
+
+
+def _processes(case: _Case) -> int:
+    """The processes loading data: each consumer's workers, or the consumer itself."""
+    return case.top.consumers * max(1, case.top.workers)
+
+
+def _idle_cpu(case: _Case) -> tuple[str, str]:
+    """(resource, reason) where the cores were not saturated: more workers, when fewer
+    processes loaded than there are cores; else the workers waited on something else."""
+    busy, cores, n = case.busy or 0.0, case.cores, _processes(case)
+    share = f"CPU only {busy / cores:.0%} busy"
+    if n < cores:
+        return "cpu (too few workers)", (
+            f"{share} with {count(n, 'loading process')} on {count(cores, 'core')}: more loader "
+            "workers (--workers) would use the idle cores"
+        )
+    return "cpu (cores idle)", (
+        f"{share} with {count(n, 'loading process')} on {count(cores, 'core')}: the workers wait "
+        "on something other than the cores (I/O, locks, the consumers)"
+    )
+
+
+def _headline(bound: str, resource: str, case: _Case) -> str:
+    return f"{bound}-bound ({resource}): {_rate(case.rate)} samples/s at {case.where}"
 
 
 def _stage_verdict(case: _Case) -> Verdict:
@@ -217,12 +251,11 @@ def _stage_verdict(case: _Case) -> Verdict:
         if busy >= CPU_SATURATED * cores:
             reasons.insert(0, _busy_text(case))
         else:
-            resource = "cpu (too few workers)"
-            reasons.insert(
-                0, f"CPU only {busy / cores:.0%} busy: more loader workers (--workers) would help"
-            )
+            resource, why = _idle_cpu(case)
+            reasons.insert(0, why)
     read = _read_stage(stages)
-    if read is not None and bound != "read" and read.busy_s > 0:
+    # (with two stages, "without it" above already says it)
+    if read is not None and bound != "read" and read.busy_s > 0 and len(stages) > 2:
         reasons.append(f"read alone would run {total_busy / read.busy_s:.1f}× faster")
     if bound == "read":
         resource, why = _read_resource(case)
@@ -230,8 +263,8 @@ def _stage_verdict(case: _Case) -> Verdict:
             reasons.insert(0, why)
         if read is not None and read.latency is not None:
             reasons.append(f"read p99 {read.latency.p99_s * 1e3:.1f} ms")
-    text = f"{bound}-bound ({resource}): " + ", ".join(reasons or [case.where]) + case.feeding
-    return Verdict(bound, resource, text, case.evidence, case.supported, case.feeds)
+    text = _headline(bound, resource, case)
+    return Verdict(bound, resource, text, _lines(case, reasons), case.supported, case.feeds)
 
 
 def _busy_text(case: _Case) -> str:
@@ -273,18 +306,20 @@ def _loader_verdict(case: _Case, backend: str) -> Verdict:
                  for s in top.monitor.samples if s.gpu_util_percent]  # fmt: skip
         gpu = sum(utils) / len(utils) / 100 if utils else None
     if busy is not None and busy >= CPU_SATURATED * cores:
-        resource, why = "cpu", _busy_text(case)
+        resource, reasons = "cpu", [_busy_text(case)]
     elif gpu is not None and gpu >= 0.9:
-        resource, why = "gpu", f"GPU {gpu:.0%} busy decoding"
+        resource, reasons = "gpu", [f"GPU {gpu:.0%} busy decoding"]
     else:
         resource = "storage or loader settings"
-        why = "CPU " + (f"{busy / cores:.0%} busy" if busy is not None else "not measured")
-        why += "; try more workers (--workers) or a colder/warmer pass to tell storage apart"
+        reasons = [_idle_cpu(case)[1] if busy is not None else "CPU not measured"]
+        if case.warm_ratio is None:
+            reasons.append("--passes cold,warm tells the storage from the loader's settings")
     wait = top.per_consumer[0].data_wait if top.per_consumer else None
     if wait is not None:
-        why += f"; data wait p50 {wait.p50_s * 1e3:.1f} ms, p99 {wait.p99_s * 1e3:.1f} ms"
-    text = f"data-bound with the {backend} loader ({resource}): {why}{case.feeding}"
-    return Verdict("loader", resource, text, case.evidence, case.supported, case.feeds)
+        reasons.append(f"data wait p50 {wait.p50_s * 1e3:.1f} ms, p99 {wait.p99_s * 1e3:.1f} ms")
+    text = f"data-bound with the {backend} loader ({resource}): {_rate(case.rate)} samples/s at "
+    text += case.where
+    return Verdict("loader", resource, text, _lines(case, reasons), case.supported, case.feeds)
 
 
 def _supported(result: ScanResult, target_au: float) -> int | None:

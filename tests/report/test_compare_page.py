@@ -4,6 +4,7 @@ fed when priced), the winner sentence first, each system under test side by side
 from __future__ import annotations
 
 import json
+import re
 
 from feedbench.report.compare import Comparison, SystemRow, winner
 from feedbench.report.csv_export import to_csv
@@ -25,7 +26,16 @@ def test_a_comparison_as_a_page_markdown_and_csv(cli, scans, tmp_path):
     ranking = next(ln for ln in r.out.splitlines() if ln.startswith("at 1 consumer"))
     assert flat(ranking) in flat(again.out)  # the terminal shows it again
     doc = json.loads(cmp.read_text())
-    shown = read_page(paths["html"].read_text())
+    html = paths["html"].read_text()
+    shown = read_page(html)
+    # one disk, read slowed on purpose in one scan, no step: the question is of a setting and
+    # of samples/s, and the answer ranks by samples/s, a ratio in words
+    assert "<h1>Which setting delivers more samples/s? nvme vs filer</h1>" in html
+    assert re.fullmatch(
+        r"at \d consumers?, samples/s: nvme [\d,]+ > filer [\d,]+; nvme "
+        r"delivers [\d.]+× more than filer \(.*\)",
+        shown.by_class["headline"][0],
+    )
     assert shown.sections == ["answer", "summary", "charts", "system", "details", "method",
                               "command"]  # fmt: skip
     assert [v for tag, _, v in shown.urls if tag == "img"][0].startswith("data:image/png;base64,")
@@ -81,8 +91,8 @@ def test_the_winner_and_the_cost_per_accelerator_fed_lead_the_page():
     doc = compare_document(_priced(), "c.json")
     shown = read_page(page(doc, [], "c.json"))
     assert shown.by_class["headline"] == [
-        "cheap costs least per h200 fed: $10,000 against $20,000 for dear (2.00× more; beyond "
-        "the spread)"
+        "cheap costs least per h200 fed: $10,000 against $20,000 for dear, which costs 2.0× more "
+        "(beyond the spread)"
     ]
     assert "Valid for sizing" in flat(shown.text_of["answer"])
     head, *rows = shown.tables[0]

@@ -181,7 +181,7 @@ def test_throttled_read_is_read_bound(dataset):
     v = r.verdict
     assert v.bound == "read" and v.text.startswith("read-bound"), v
     if v.resource == "cpu":  # right only when other work (another test run) saturated the cores
-        assert "of them by other processes" in v.text, v.text
+        assert "of them by other processes" in v.evidence[0], v
     else:
         assert v.resource == "storage", v
 
@@ -251,9 +251,10 @@ def test_find_max_stops_at_a_count_whose_window_is_too_short(cli, dataset, tmp_p
         f"{need}: prefetched batches would decide its AU); the search stopped at 4, supported "
         "consumers at least 2"
     )
-    assert note in result.verdict.text and not result.sizing.valid
+    assert note in result.verdict.evidence and not result.sizing.valid
     flat = " ".join(r.out.split())
     assert "tried 1✓, 2✓, 4?" in flat and f"{note} (not valid for sizing)" in flat
+    assert flat.count(note) == 1  # said once, under find-max, not again under the verdict
 
 
 # --- bad input with several consumers ------------------------------------------------------------

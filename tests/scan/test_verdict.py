@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -70,9 +71,13 @@ def test_accelerator_bound_names_the_au_and_what_the_data_feeds():
     v = judge(result(STAGES, [consumer(0), consumer(1)], au=0.95, accelerator=PROFILE))
     assert (v.bound, v.resource) == ("accelerator", "none")
     assert v.text == (
-        "accelerator-bound: the data keeps up — AU 95% (min 95%) at 2 consumers (2 consumers × 2 "
-        "workers, cold cache); 2,500 samples/s = 2.5× the appetite of one H200 (resnet50-h200)"
+        "accelerator-bound: AU 95% (min 95%) at 2 consumers × 2 workers, cold pass: the data "
+        "keeps up"
     )
+    assert v.evidence[:2] == [
+        "AU 95% ≥ the 90% that counts as fed",
+        "2,500 samples/s = 2.5× the appetite of one H200 (resnet50-h200)",
+    ]
     assert v.feeds_accelerators == 2.5 and v.supported_consumers == 2
 
 
@@ -81,15 +86,16 @@ def test_a_workloads_appetite_names_its_accelerator_and_workload():
     workload = {"kind": "workload", "name": "unet3d on NVIDIA H100", "workload": "unet3d",
                 "accelerator": "NVIDIA H100", "samples_per_s": 1000.0}  # fmt: skip
     v = judge(result(STAGES, [consumer(0), consumer(1)], au=0.95, accelerator=workload))
-    assert v.text.endswith("2,500 samples/s = 2.5× the appetite of one NVIDIA H100 (unet3d)")
+    assert "2,500 samples/s = 2.5× the appetite of one NVIDIA H100 (unet3d)" in v.evidence
 
 
 def test_sync_bound_counts_only_sync_wait_beyond_the_barriers_own_cost():
     slow = [consumer(0, wait_s=0.5, sync_s=3.0, idle_s=0.1), consumer(1, wait_s=0.5)]
     v = judge(result(STAGES, slow, au=0.5, accelerator=PROFILE))
     assert (v.bound, v.resource) == ("sync", "straggler")
-    assert v.text.startswith(  # 3.0 s - 0.1 s × 10 steps
-        "sync-bound: consumers wait more for each other (2.00 s) than for their own data (1.00 s)"
+    assert v.text == (  # 3.0 s - 0.1 s × 10 steps
+        "sync-bound (straggler): consumers wait 2.00 s for each other, 1.00 s for their own "
+        "data, at 2 consumers × 2 workers, cold pass"
     )
     assert "step barrier's own cost: 100.00 ms per step (counted in sync wait)" in v.evidence
     assert v.supported_consumers == 0
@@ -107,13 +113,10 @@ def test_one_consumer_is_never_sync_bound():
 def test_stage_bound_on_saturated_cpu():
     v = judge(result(STAGES, [consumer(0)], monitor=timeline([90.0] * 4)))
     assert (v.bound, v.resource) == ("decode", "cpu")
-    assert v.text == (
-        "decode-bound (cpu): 3.6/4 cores busy (90%), decode takes 75% of loader time; without it "
-        "the rest would run 4.0× faster, read alone would run 4.0× faster"
-    )
+    assert v.text == "decode-bound (cpu): 2,500 samples/s at 1 consumer × 2 workers, cold pass"
     assert v.evidence == [
-        "read: 25% of loader time (1,000 samples/s per worker)",
-        "decode: 75% of loader time (1,000 samples/s per worker)",
+        "3.6/4 cores busy (90%)",
+        "decode takes 75% of loader time; without it the rest would run 4.0× faster",
         "CPU: 3.6 of 4 cores busy on average",
         "disk reads: 50.0 MB/s (device counters)",
         "read latency p50 2.00 ms, p99 8.00 ms (all consumers' reads)",
@@ -124,17 +127,29 @@ def test_stage_bound_on_saturated_cpu():
 def test_stage_bound_on_idle_cpu_asks_for_workers():
     v = judge(result(STAGES, [consumer(0)], monitor=timeline([20.0] * 4)))
     assert v.resource == "cpu (too few workers)"
-    assert v.text.startswith("decode-bound (cpu (too few workers)): CPU only 20% busy: more")
+    assert v.evidence[0] == (
+        "CPU only 20% busy with 2 loading processes on 4 cores: more loader workers (--workers) "
+        "would use the idle cores"
+    )
+
+
+def test_idle_cpu_with_a_worker_per_core_asks_for_no_more_workers():
+    """2 consumers × 2 workers on 4 cores, 20% busy: the workers are there; they wait."""
+    v = judge(result(STAGES, [consumer(0), consumer(1)], monitor=timeline([20.0] * 4)))
+    assert v.resource == "cpu (cores idle)"
+    assert "--workers" not in v.text + " ".join(v.evidence)
+    assert v.evidence[0].startswith("CPU only 20% busy with 4 loading processes on 4 cores: ")
 
 
 def test_read_bound_is_storage_with_its_p99():
     stages = [stage("read", 9.0, 0.9, latency=READ_P), stage("decode", 1.0, 0.1)]
     v = judge(result(stages, [consumer(0)]))
     assert (v.bound, v.resource) == ("read", "storage")
-    assert v.text == (
-        "read-bound (storage): read takes 90% of loader time; without it the rest would run "
-        "10.0× faster, read p99 8.0 ms"
-    )
+    assert v.text == "read-bound (storage): 2,500 samples/s at 1 consumer × 2 workers, cold pass"
+    assert v.evidence[:2] == [
+        "read takes 90% of loader time; without it the rest would run 10.0× faster",
+        "read p99 8.0 ms",
+    ]
 
 
 def test_pageable_copies_and_unavailable_stages_are_not_the_bottleneck():
@@ -153,7 +168,7 @@ def test_pageable_copies_and_unavailable_stages_are_not_the_bottleneck():
     [
         ([95.0] * 4, [], "cpu", "3.8/4 cores busy (95%)"),
         ([10.0] * 4, [95.0], "gpu", "GPU 95% busy decoding"),
-        ([10.0] * 4, [], "storage or loader settings", "CPU 10% busy; try more workers"),
+        ([10.0] * 4, [], "storage or loader settings", "CPU only 10% busy with 2 loading"),
     ],
 )
 def test_a_training_loader_names_the_resource_from_the_monitor(cpu, gpu, resource, why):
@@ -162,8 +177,12 @@ def test_a_training_loader_names_the_resource_from_the_monitor(cpu, gpu, resourc
     stages = [stage("loader:dali", 10.0, 1.0)]
     v = judge(result(stages, per, loader="dali", monitor=timeline(cpu, gpu)))
     assert (v.bound, v.resource) == ("loader", resource)
-    assert v.text.startswith(f"data-bound with the dali loader ({resource}): {why}")
-    assert v.text.endswith("; data wait p50 4.0 ms, p99 9.0 ms")
+    assert v.text == (
+        f"data-bound with the dali loader ({resource}): 2,500 samples/s at 1 consumer × 2 "
+        "workers, cold pass"
+    )
+    assert v.evidence[0].startswith(why)
+    assert "data wait p50 4.0 ms, p99 9.0 ms" in v.evidence
 
 
 def test_no_verdict_without_a_complete_measurement():
@@ -187,8 +206,8 @@ def _with_warm(r, ratio):
 def test_a_read_scan_on_saturated_cores_is_cpu_bound_not_storage():
     v = judge(result(READ_ONLY, [consumer(0)], monitor=timeline([95.0] * 4)))
     assert (v.bound, v.resource) == ("read", "cpu")
-    assert v.text.startswith(
-        "read-bound (cpu): 3.8/4 cores busy (95%) while reading: the client's CPU limits before "
+    assert v.evidence[0].startswith(
+        "3.8/4 cores busy (95%) while reading: the client's CPU limits before "
         "the storage can be judged (--passes cold,warm tells them apart)"
     )
 
@@ -198,14 +217,14 @@ def test_a_warm_pass_no_faster_than_the_cold_one_on_saturated_cores_is_cpu():
                           monitor=timeline([95.0] * 4)), 1.05)  # fmt: skip
     v = judge(r)
     assert (v.bound, v.resource) == ("read", "cpu")
-    assert "warm pass (page cache) no faster than the cold one (1.05×)" in v.text
+    assert "warm pass (page cache) no faster than the cold one (1.05×)" in v.evidence[0]
 
 
 def test_a_warm_pass_much_faster_is_the_storage_even_on_busy_cores():
     r = _with_warm(result(READ_ONLY, [consumer(0)], monitor=timeline([95.0] * 4)), 3.0)
     v = judge(r)
     assert (v.bound, v.resource) == ("read", "storage")
-    assert "the warm pass (page cache) ran 3.0× faster than the cold one" in v.text
+    assert v.evidence[0] == "the warm pass (page cache) ran 3.0× faster than the cold one"
 
 
 def test_a_failed_measurement_is_not_the_reference():
@@ -235,10 +254,10 @@ def test_find_max_names_its_undecided_count_and_its_answer_is_a_lower_bound():
     assert fm["undecided"] == {"4": {"measured_batches": need - 1, "batches_needed": need}}
     v = judge(r)
     assert v.supported_consumers == fm["supported_consumers"] == 2
-    assert v.text.endswith(
-        f"(find-max: 4 consumers undecided ({need - 1} measured batches per consumer, needs ≥ "
+    assert v.evidence[0] == (
+        f"find-max: 4 consumers undecided ({need - 1} measured batches per consumer, needs ≥ "
         f"{need}: prefetched batches would decide its AU); the search stopped at 4, supported "
-        "consumers at least 2)"
+        "consumers at least 2"
     )
 
 
@@ -249,10 +268,10 @@ def test_find_max_undecided_at_one_consumer_supports_no_count():
     v = judge(r)
     assert r.config["find_max_result"]["supported_consumers"] is None
     assert v.supported_consumers is None  # not 0: no count failed either
-    assert v.text.endswith(
-        f"(find-max: 1 consumer undecided (1 measured batch per consumer, needs ≥ {need}: "
+    assert v.evidence[0] == (
+        f"find-max: 1 consumer undecided (1 measured batch per consumer, needs ≥ {need}: "
         "prefetched batches would decide its AU); the search stopped at 1, before any count "
-        "passed)"
+        "passed"
     )
 
 
@@ -292,7 +311,53 @@ def test_real_scans_on_saturated_cores_get_a_cpu_verdict(dataset, busy_cores, st
                         passes=("cold", "warm"), read_latency_s=0.02)  # fmt: skip
     v = scan(config).verdict
     if v.resource == "storage":  # only on direct evidence: the page cache removed the limit
-        assert "the warm pass (page cache) ran" in v.text and "faster than the cold" in v.text
+        assert v.evidence[0].startswith("the warm pass (page cache) ran")
         return
     assert v.resource == "cpu", v.text
-    assert "cores busy" in v.text
+    assert "cores busy" in v.evidence[0]
+
+
+# --- wording, over a table of cases ------------------------------------------------------------
+
+WORDING_CASES = [
+    # consumers, workers, cores busy (of 4), stages, accelerator, AU, loader
+    (1, 0, 20.0, STAGES, None, None, None),
+    (1, 1, 20.0, STAGES, None, None, None),
+    (2, 2, 20.0, STAGES, None, None, None),
+    (8, 0, 20.0, STAGES, None, None, None),
+    (1, 1, 95.0, STAGES, None, None, None),
+    (1, 1, 95.0, READ_ONLY, None, None, None),
+    (1, 1, 20.0, READ_ONLY, PROFILE, 0.5, None),
+    (2, 1, 20.0, STAGES, PROFILE, 0.95, None),
+    (1, 4, 20.0, [stage("loader:torch", 10.0, 1.0)], None, None, "torch"),
+    (1, 1, 20.0, [stage("loader:torch", 10.0, 1.0)], PROFILE, 0.5, "torch"),
+]
+
+
+@pytest.mark.parametrize(("n", "workers", "cpu", "stages", "acc", "au", "loader"), WORDING_CASES)
+def test_a_verdict_is_one_line_with_its_number_then_evidence(
+    n, workers, cpu, stages, acc, au, loader
+):
+    r = result(stages, [consumer(i) for i in range(n)], au=au, accelerator=acc, loader=loader,
+               monitor=timeline([cpu] * 4))  # fmt: skip
+    for m in r.measurements:
+        m.workers = workers
+    v = judge(r)
+    head = v.text.split(":", 1)[0]
+    assert head.startswith(("read-", "decode-", "accelerator-", "sync-", "data-bound")), v.text
+    # the bound, then the number that shows it
+    assert re.search(r"\d[\d,.]* samples/s at |AU \d+%", v.text), v.text
+    assert "\n" not in v.text and len(v.text) < 120 and v.evidence, v
+    words = " ".join([v.text, *v.evidence])
+    # counts in words: never "1 consumers", "1 batches", "× 0 workers"
+    assert not re.search(r"\b1 (consumers|workers|batches|cores|loading processes)\b", words)
+    assert "× 0 worker" not in words
+    assert f"{n} consumer{'s' if n != 1 else ''}" in v.text
+    if workers == 0:
+        assert "loading in" in v.text
+    # advice the run already followed is not given: workers when they match the cores
+    if n * max(1, workers) >= 4:
+        assert "--workers" not in words, words
+    if acc is not None:  # what the rate feeds: evidence, never in the headline
+        assert any("the appetite of one H200" in e for e in v.evidence)
+        assert "appetite" not in v.text

@@ -117,7 +117,7 @@ def test_eight_consumer_headline_is_within_its_own_window(cli, sixteen_shards, t
         else:  # apart: their span
             assert m["window_s"] == pytest.approx(max(ends) - min(starts))
     last = data["measurements"][-1]
-    row = re.search(r"pipeline\s*│[^│]*│\s*([\d.,k]+) total", r.out)
+    row = re.search(r"pipeline \(total\)\s+([\d.,k]+) ", r.out)
     assert row is not None, r.out
     from feedbench.report.fmt import fmt_rate
 

@@ -171,3 +171,24 @@ def test_records_are_read_in_ranges_over_http(tmp_path):
         assert [bytes(source.decode(s)) for s in samples] == written
     assert source.fmt == "tfrecord" and len(source.layout.skipped) == 1
     assert sum(s.read_bytes for s in samples) == (tmp_path / "part.tfrecord").stat().st_size
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", sorted(SHAPES))
+def test_a_workload_scan_prints_no_library_warning(tmp_path, workload):
+    """The workload's read threads (4 or 8 loader workers) on a machine of fewer cores: torch's
+    UserWarning from every DataLoader is not shown; feedbench says it once, in its words."""
+    import os
+    import subprocess
+    import sys
+
+    make_workload(tmp_path / "w", workload, 0.002, seed=3)
+    cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(tmp_path / "w" / "data"),
+           "--workload", workload, "--no-plots", "--json", str(tmp_path / "w.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    both = proc.stdout + proc.stderr
+    assert "UserWarning" not in both and "Warning:" not in both, both
+    workers = json.loads((tmp_path / "w.json").read_text())["config"]["workers"]
+    shared = " ".join(both.split()).count("loader workers per consumer on")
+    assert shared == (1 if workers > (os.cpu_count() or 1) else 0), both
