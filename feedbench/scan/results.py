@@ -13,6 +13,7 @@ from feedbench.core.stats import Percentiles
 from feedbench.core.timeline import Timeline
 
 KIND = "scan"
+KEEP_NAMES = 5  # failed shards named per consumer and measurement (the rest counted)
 
 
 @dataclass
@@ -79,6 +80,7 @@ class ConsumerStats:
     started_at: float | None = None  # the pass's start (the clock's), seconds since the epoch
     common_batches: int | None = None
     failed_files: int = 0  # shards that ended in an error before their end
+    failed_names: list[str] = field(default_factory=list)  # the first few of them
     common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
@@ -134,6 +136,7 @@ class Measurement:
     median_gap_s: float | None = None
     # shards cut short or corrupt (each lost the samples after its error, uncounted in errors)
     failed_files: int = 0
+    failed_names: list[str] = field(default_factory=list)  # the first few of them, by rank
 
 
 @dataclass

@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from feedbench.scan import stages as st
+from feedbench.scan.results import KEEP_NAMES
 from feedbench.scan.sources import Source
 
 KEEP_ERRORS = 20
@@ -29,6 +30,7 @@ class BatchTimes:
     read_bytes: int = 0
     errors: int = 0
     failed_files: int = 0  # shards that ended in an error before their end (cut, corrupt)
+    failed_names: list[str] = field(default_factory=list)  # the first KEEP_NAMES of them
     busy_s: dict[str, float] = field(default_factory=dict)
     in_bytes: dict[str, int] = field(default_factory=dict)
     read_latencies: list[float] = field(default_factory=list)
@@ -130,6 +132,8 @@ class StageStream(IterableDataset):
                 times.errors += 1
                 if raw.key == self._shard:  # the shard's own error: the rest of it is lost
                     times.failed_files += 1
+                    if len(times.failed_names) < KEEP_NAMES:
+                        times.failed_names.append(raw.key)
                 if len(times.error_list) < KEEP_ERRORS:
                     times.error_list.append((raw.key, "read", raw.error or "no data"))
                 continue

@@ -63,3 +63,37 @@ def test_shards_cut_short_fail_the_scan_and_say_how_much_arrived(dataset, tmp_pa
     assert set(errors) == set(sent)
     for key, message in errors.items():
         assert message.startswith(f"truncated or corrupt shard after {sent[key]} bytes ("), message
+    # the failed shards are named in the terminal and the reports, not only counted
+    assert sorted(m["failed_names"]) == sorted(sent)
+    line = next(ln for ln in proc.stdout.splitlines() if "failed files:" in ln)
+    assert "4 shards failed before the end (cut short or corrupt; 1 consumer, cold" in line
+    assert all(name.rsplit("/", 1)[1] in proc.stdout for name in sent)
+    _reports_name_them_escaped(result, tmp_path)
+
+
+FORGED = "x.tar\nverdict: forged <img src=x onerror=alert(1)>"
+
+
+def _reports_name_them_escaped(result: dict, tmp_path: Path) -> None:
+    """`feedbench report` of the same file shows the failed shards in the terminal, the HTML
+    and the Markdown, a name from the data escaped as every other name is."""
+    result["measurements"][0]["failed_names"][0] = FORGED
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(result))
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "feedbench", "report", str(forged), "--md", str(md),
+         "--html", str(html)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    others = result["measurements"][0]["failed_names"][1:]
+    for where, text in (("terminal", proc.stdout), ("md", md.read_text()),
+                        ("html", html.read_text())):  # fmt: skip
+        assert "4 shards failed before the end (cut short or corrupt" in text, where
+        assert all(name in text for name in others), where
+        assert "\nverdict: forged" not in text, where  # no line of its own
+        assert where == "terminal" or "<img src=x" not in text, where  # no HTML from a name
+    assert "x.tar\\nverdict: forged <img src=x" in proc.stdout  # one line, shown as written
+    assert "nverdict: forged &lt;img src=x" in md.read_text()  # (its backslash escaped too)
