@@ -98,6 +98,15 @@ Describe = Annotated[
     ),
 ]
 
+Index = Annotated[
+    str | None,
+    typer.Option(
+        help="Tar shards: a loaders' index of them (build_loader(..., index=PATH)); made there "
+        "when absent, reading each shard once. A shard cut short then counts the samples it "
+        "lost, and the results state the samples expected.",
+    ),
+]
+
 
 @app.command()
 def scan(
@@ -128,6 +137,7 @@ def scan(
     describe: Describe = None,
     workload: o.Workload = None,
     accelerator: Accelerator = None,
+    index: Index = None,
     list_workloads: o.ListWorkloads = False,
     loader_option: LoaderOption = None,
     json_out: o.Json = None,

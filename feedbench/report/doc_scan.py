@@ -389,5 +389,6 @@ def failed_files_lines(result: ScanResult) -> list[str]:
             f"{_plural(m.consumers, 'consumer')}, {m.pass_name}, repeat {m.repeat}): "
             + ", ".join(m.failed_names)
             + (f" and {more:,} more" if more > 0 else "")
+            + (f"; {m.lost_text()} (by the index)" if m.lost_samples is not None else "")
         )
     return out

@@ -77,6 +77,7 @@ class Tally:
         self.samples = self.files = self.read_bytes = self.errors = self.batches = 0
         self.failed_files = 0
         self.failed_names: list[str] = []  # the first few failed shards
+        self.lost_samples = 0  # their samples after the error, by the index
         self.read_latencies: list[float] = []
         self.kept_errors: list[SampleError] = []
         self.first_batch_s: float | None = None
@@ -119,6 +120,7 @@ class Tally:
             self.marks.append((when, times.samples, times.read_bytes, times.files))
         self.errors += times.errors
         self.failed_files += times.failed_files
+        self.lost_samples += times.lost_samples
         room = KEEP_NAMES - len(self.failed_names)
         if room > 0:
             self.failed_names.extend(times.failed_names[:room])
@@ -344,6 +346,8 @@ def run_consumer(
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
+    if source.expected is not None and batches is None:  # counted by our reader's index
+        stats.lost_samples = tally.lost_samples
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
     raw[MARKS] = tally.window_marks()
     return stats, tally.kept_errors, raw

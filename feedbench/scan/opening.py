@@ -3,6 +3,10 @@ parent imports none: a bad path or option answers at once): open the source the 
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
+
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
@@ -38,7 +42,42 @@ def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
         read_ahead=int(config.read_ahead_mb * (1 << 20)),
         read_thread=config.read_thread,
     )
+    if config.index is not None:
+        source.expected = expected_per_shard(config, source)
     return source, notes
+
+
+def expected_per_shard(config: ScanConfig, source: Source) -> np.ndarray:
+    """Each shard's sample count by the loaders' index at ``config.index``: what a shard cut
+    short should have held. Where no file is there the shards are indexed (each read once, its
+    headers walked) and it is saved there, as ``build_loader(..., index=PATH)`` does; the
+    consumers then load it (mapped: milliseconds)."""
+    from loaders.data import SampleIndex, open_index
+    from loaders.data.index import listed_as
+    from loaders.data.remote import redact_url
+    from loaders.errors import LoaderError
+
+    path = str(config.index)
+    if source.kind != "shards" or config.loader is not None:
+        raise FeedbenchError("--index: for tar shards read by the scan itself (not --loader)")
+    try:
+        if os.path.exists(path):
+            index = SampleIndex.load(path)
+        else:
+            index = open_index(source.layout)
+            index.listed = listed_as(config.path or "", config.fmt)
+            index.save(path)
+    except LoaderError as e:
+        raise FeedbenchError(f"--index: {e}") from None
+    files = source.files()
+    same = index.kind == "shards" and len(index.shards) == len(files)
+    pairs = zip(index.shards, files, strict=False)  # (same: the lengths are equal)
+    if not same or any(redact_url(a) != redact_url(str(b)) for a, b in pairs):
+        raise FeedbenchError(
+            f"--index: {path} is the index of {index.listed}, not of these {len(files)} shards: "
+            "give another path, or delete the file to index them again"
+        )
+    return index.samples_per_shard()
 
 
 def _record_stages(config: ScanConfig, fmt: str) -> list[str]:

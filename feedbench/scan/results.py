@@ -81,6 +81,7 @@ class ConsumerStats:
     common_batches: int | None = None
     failed_files: int = 0  # shards that ended in an error before their end
     failed_names: list[str] = field(default_factory=list)  # the first few of them
+    lost_samples: int | None = None  # their samples after the error (None: no index to say)
     common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
@@ -137,6 +138,19 @@ class Measurement:
     # shards cut short or corrupt (each lost the samples after its error, uncounted in errors)
     failed_files: int = 0
     failed_names: list[str] = field(default_factory=list)  # the first few of them, by rank
+    # the samples those shards held after their error, by the index (scan --index); None
+    # without one. Expected = samples + errors - failed_files + lost_samples
+    lost_samples: int | None = None
+
+    def lost_text(self) -> str:
+        """The samples the index expected, those that arrived and those lost, in words."""
+        arrived = self.samples + self.errors - self.failed_files
+        lost = self.lost_samples or 0
+        return (
+            f"{arrived + lost:,} samples expected, {arrived:,} arrived: {lost:,} lost in "
+            f"{self.failed_files:,} shard{'s' if self.failed_files != 1 else ''} cut short or "
+            "corrupt"
+        )
 
 
 @dataclass

@@ -502,12 +502,18 @@ def unequal_batches(m: Measurement) -> str | None:
 
 def _judge_failed(m: Measurement) -> None:
     """A measurement in which most samples failed is a failure, never a rate. A shard cut short
-    lost an unknown number of samples after its error (the listing does not count a shard's
-    samples), so cut shards weigh as their share of the shards the measurement read."""
+    lost the samples after its error: counted by the index where there is one (scan --index);
+    without, the listing does not count a shard's samples, so cut shards weigh as their share
+    of the shards the measurement read."""
     if m.failed is not None:
         return
-    if m.errors > m.samples:
-        m.failed = f"{m.errors:,} of {m.samples + m.errors:,} samples failed"
+    bad = m.errors - m.failed_files  # a shard's own error is no sample
+    if m.lost_samples is not None:
+        if bad + m.lost_samples > m.samples:
+            bad += m.lost_samples
+            m.failed = f"{bad:,} of {m.samples + bad:,} samples failed ({m.lost_text()})"
+    elif bad > m.samples:
+        m.failed = f"{bad:,} of {m.samples + bad:,} samples failed"
     elif m.failed_files and 2 * m.failed_files > max(m.files, m.failed_files):
         m.failed = (
             f"{m.failed_files:,} of {max(m.files, m.failed_files):,} shards failed (cut short "

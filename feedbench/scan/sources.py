@@ -52,6 +52,8 @@ class Source:
     latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
     read_ahead: int = 0  # bytes the kernel is asked to read ahead of a shard's read position
     read_thread: bool = False  # local shards: a reading thread keeps one read call in flight
+    # shards: each one's sample count by an index (scan --index), what a cut one should have held
+    expected: np.ndarray | None = None
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -92,8 +94,11 @@ class Source:
         return int(self._sizes.sum())
 
     def samples_hint(self) -> int | None:
-        """Number of samples if known without reading (tree, data files), else None (shards)."""
-        return None if self.kind == "shards" else self.units()
+        """Number of samples if known without reading (tree, data files, shards with an index),
+        else None (shards)."""
+        if self.kind == "shards":
+            return None if self.expected is None else int(self.expected.sum())
+        return self.units()
 
     def label(self, index: int) -> int:
         return int(self._labels[index]) if len(self._labels) else 0

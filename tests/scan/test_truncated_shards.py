@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def cutting_http(root: Path):
+def cutting_http(root: Path, cut: threading.Event | None = None):
     """A real web server over ``root`` that announces each file's full length but sends only
-    its first half, then closes the connection."""
+    its first half, then closes the connection (once ``cut`` is set, if given)."""
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def copyfile(self, source, outputfile):
+            if cut is not None and not cut.is_set():
+                return super().copyfile(source, outputfile)
             data = source.read()
             outputfile.write(data[: len(data) // 2])
             outputfile.flush()
@@ -97,3 +100,33 @@ def _reports_name_them_escaped(result: dict, tmp_path: Path) -> None:
         assert where == "terminal" or "<img src=x" not in text, where  # no HTML from a name
     assert "x.tar\\nverdict: forged <img src=x" in proc.stdout  # one line, shown as written
     assert "nverdict: forged &lt;img src=x" in md.read_text()  # (its backslash escaped too)
+
+
+@pytest.mark.slow  # a real scan in a subprocess: ~10 s on 2 busy cores
+def test_an_index_states_the_samples_expected_and_counts_those_lost(dataset, tmp_path):
+    """With the shards' index (listed while they were served whole) the scan states the samples
+    it expects up front, and counts what each cut shard lost after its error as failed."""
+    from loaders import open_index
+
+    index, out = tmp_path / "shards.npz", tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cut = threading.Event()
+    with cutting_http(dataset / "shards", cut) as url:
+        target = f"{url}/shard-0000{{0..3}}.tar"
+        open_index(target).save(index)
+        cut.set()
+        proc = subprocess.run(
+            [sys.executable, "-m", "feedbench", "scan", target, "--stages", "read",
+             "--batch-size", "2", "--index", str(index), "--json", str(out), "--no-plots"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["dataset"]["samples"] == 24  # 4 shards of 6, by the index
+    (m,) = result["measurements"]
+    arrived = m["samples"] + m["errors"] - m["failed_files"]
+    assert m["failed_files"] == 4 and 0 < arrived < 24
+    assert m["lost_samples"] == 24 - arrived
+    said = f"24 samples expected, {arrived} arrived: {24 - arrived} lost in 4 shards cut short"
+    assert m["failed"] == f"{24 - m['samples']} of 24 samples failed ({said} or corrupt)"
+    assert said in proc.stdout.replace("\n", " ")
