@@ -4,6 +4,7 @@ torchrun rank, ``feedbench consumer`` (the same options: one consumer per proces
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -165,6 +166,7 @@ def scan(
                 on_update=outputs.update,
                 on_count=progress.count,
                 on_progress=progress.advance,
+                on_listing=Listing(err),
             )
         except KeyboardInterrupt:  # before the first measurement ended, or after the last
             progress.stop()
@@ -191,6 +193,26 @@ def end(result, outputs: Outputs, signal_name: str | None) -> None:
         by = f" ({signal_name})" if signal_name else ""
         err.print(f"interrupted{by}: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+LISTING_EVERY_S = 2.0  # a listing's progress line at most this often
+
+
+class Listing:
+    """``listing: 120,000 files…`` on stderr while the data's folder is listed, at most every
+    ``LISTING_EVERY_S``: a tree of a million files takes tens of seconds, which should not
+    pass in silence; a small one prints nothing."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.every_s = LISTING_EVERY_S
+        self.last = time.monotonic()
+
+    def __call__(self, files: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self.console.print(f"listing: {files:,} files…", highlight=False)
 
 
 class _Progress:

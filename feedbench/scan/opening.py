@@ -4,6 +4,7 @@ parent imports none: a bad path or option answers at once): open the source the 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,12 +16,15 @@ from feedbench.scan.sources import Source, detect, detect_files
 SCAN_PID_ENV = "FEEDBENCH_SCAN_PID"  # set by a local scan for its consumers (not by torchrun)
 
 
-def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
-    """The source ``config`` names, with its read options set, and notes for the results."""
+def open_source(
+    config: ScanConfig, progress: Callable[[int], None] | None = None
+) -> tuple[Source, list[str]]:
+    """The source ``config`` names, with its read options set, and notes for the results;
+    ``progress(files)`` while a local folder is listed."""
     if is_user_spec(config.loader):  # the user's loader reads the path its own way
-        source, notes = detect_files(config.path), []
+        source, notes = detect_files(config.path, progress), []
     else:
-        source, notes = detect(config.path, config.fmt)
+        source, notes = detect(config.path, config.fmt, progress)
         if source.kind == "records":
             notes += _record_stages(config, source.fmt)
     # THE READING THREAD (local shards) only where reading is the whole job, the storage test

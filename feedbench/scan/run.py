@@ -325,13 +325,16 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
     return result
 
 
-def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
+def validate(
+    config: ScanConfig, on_listing: Callable[[int], None] | None = None
+) -> tuple[Source, list[str], Plan]:
     """The config's own checks (:func:`feedbench.scan.config.check`), then those that need the
-    data: one clear error for anything that cannot be measured."""
+    data: one clear error for anything that cannot be measured. ``on_listing(files)`` as a
+    local folder is listed."""
     p = check(config)
     if config.path is None and not is_user_spec(config.loader):
         raise FeedbenchError("a data path is needed (only your own loader may go without one)")
-    source, notes = open_source(config)
+    source, notes = open_source(config, on_listing)
     if source.remote and (config.direct or config.drop_caches):
         raise FeedbenchError(
             f"--{'direct' if config.direct else 'drop-caches'} controls this machine's page "
@@ -392,16 +395,18 @@ def scan(
     on_update: Callable[[ScanResult], None] | None = None,
     on_count: Callable[[int, int, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    on_listing: Callable[[int], None] | None = None,
 ) -> ScanResult:
     """Measure every consumer count (and search for the maximum when asked).
 
     ``on_update`` gets the result after every count (for saving: marked partial and unfinished
     until the last call, the finished result); ``on_count(n, workers, bytes)``
-    is told when a count starts and ``on_progress(bytes)`` as it goes. Ctrl-C returns the
+    is told when a count starts and ``on_progress(bytes)`` as it goes; ``on_listing(files)`` as
+    a local folder is listed, before. Ctrl-C returns the
     result so far, marked partial; so does a failure (a consumer died, the storage stalled, most
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
-    source, notes, p = validate(config)
+    source, notes, p = validate(config, on_listing)
     start_consumer_server()
     if config.path is None:  # the user's loader knows its data: nothing listed
         return _scan(config, source, notes, p, on_update, on_count, on_progress)

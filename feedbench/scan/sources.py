@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -194,22 +194,26 @@ class Source:
         return FileReader(path, direct=self.direct, window=self.read_ahead, piece=piece)
 
 
-def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
+def detect(
+    path: str, fmt: str = "auto", progress: Callable[[int], None] | None = None
+) -> tuple[Source, list[str]]:
     """The source at ``path`` and notes about the choice (e.g. a second layout left out); in a
-    consumer, the listing its parent made (:func:`shared_listing`), never a listing of its own."""
+    consumer, the listing its parent made (:func:`shared_listing`), never a listing of its own.
+    ``progress(files)`` as a local folder is listed (:func:`loaders.data.locate`)."""
     shared = _shared(path, fmt)
     if shared is not None:
         return Source(shared), list(shared.notes)
     try:
-        layout = locate(path, fmt)
+        layout = locate(path, fmt, progress)
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
     return Source(layout), list(layout.notes)
 
 
-def detect_files(path: str | None) -> Source:
+def detect_files(path: str | None, progress: Callable[[int], None] | None = None) -> Source:
     """Every file at a local ``path``, for a loader that reads them its own way (the cold cache
-    is applied to them); no file for no path (the loader knows its data)."""
+    is applied to them); no file for no path (the loader knows its data). ``progress`` as in
+    :func:`detect`."""
     if path is None:
         return Source(Layout("files", "", [], []))
     if remote_io.is_url(path):
@@ -218,7 +222,7 @@ def detect_files(path: str | None) -> Source:
     if shared is not None:
         return Source(shared)
     try:
-        return Source(locate_files(path))
+        return Source(locate_files(path, progress))
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
 
