@@ -8,6 +8,7 @@ what was measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -20,6 +21,7 @@ from typing import Any
 
 import psutil
 
+from feedbench.core import sockets
 from feedbench.core.envelope import DatasetInfo, envelope, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.listing import skipped_files, skipped_warning
@@ -216,6 +218,9 @@ def _watch(
                 on_progress(sum(done_bytes))
             busy = [p != READING for p in phases]
             if dog.check(list(zip(done_bytes, beats, strict=True)), busy):
+                if _bytes_arriving(ctx):  # slow, not stopped: a batch is on its way
+                    dog.poke()
+                    continue
                 return "stalled", _stall_message(dog, config)
     except KeyboardInterrupt:
         return "interrupted", None
@@ -224,6 +229,22 @@ def _watch(
     except mp.ProcessExitedException as e:
         return "failed", f"consumer {e.error_index} died (exit code {e.exit_code})"
     return "done", None
+
+
+def _bytes_arriving(ctx, wait_s: float = 1.0) -> bool:
+    """Whether the consumers' (and their loader workers') connections receive bytes: two
+    readings of the kernel's counters ``wait_s`` apart. False where none can be read."""
+    pids = []
+    for proc in ctx.processes:
+        with contextlib.suppress(psutil.Error, ValueError):
+            top = psutil.Process(proc.pid)
+            pids += [top.pid, *(c.pid for c in top.children(recursive=True))]
+    before = sockets.received(pids, [os.getpid()])
+    if before is None:
+        return False
+    time.sleep(wait_s)
+    after = sockets.received(pids, [os.getpid()])
+    return after is not None and sockets.arrived(before, after) > 0
 
 
 def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
