@@ -178,8 +178,9 @@ def run_count(
             join=False,
             start_method=START_METHOD,
         )
+    slow: list[float] = []  # bytes/s arriving each time the watch waited on slow storage
     try:
-        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress)
+        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress, slow)
     finally:
         _end(ctx, tag)
     outcomes: list[RankOutcome] = []
@@ -187,6 +188,8 @@ def run_count(
         with open(out_path, "rb") as f:
             outcomes = pickle.load(f)
         os.unlink(out_path)
+    if slow and outcomes:
+        outcomes[-1].warnings.append(_slow_warning(n, slow, config))
     error = _user_loader_error(out_path)
     if error is not None and how == "failed":
         raise error
@@ -203,10 +206,11 @@ def run_count(
 
 
 def _watch(
-    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress
+    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress, slow: list[float]
 ) -> tuple[str, str | None]:
     """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
-    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled."""
+    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled; one
+    whose connections receive bytes is slow, not stalled (the rates go to ``slow``)."""
     import torch.multiprocessing as mp
 
     from feedbench.scan.rank import READING
@@ -218,7 +222,9 @@ def _watch(
                 on_progress(sum(done_bytes))
             busy = [p != READING for p in phases]
             if dog.check(list(zip(done_bytes, beats, strict=True)), busy):
-                if _bytes_arriving(ctx):  # slow, not stopped: a batch is on its way
+                rate = _bytes_arriving(ctx)
+                if rate > 0:  # slow, not stopped: a batch is on its way
+                    slow.append(rate)
                     dog.poke()
                     continue
                 return "stalled", _stall_message(dog, config)
@@ -231,9 +237,9 @@ def _watch(
     return "done", None
 
 
-def _bytes_arriving(ctx, wait_s: float = 1.0) -> bool:
-    """Whether the consumers' (and their loader workers') connections receive bytes: two
-    readings of the kernel's counters ``wait_s`` apart. False where none can be read."""
+def _bytes_arriving(ctx, wait_s: float = 1.0) -> float:
+    """Bytes/s the consumers' (and their loader workers') connections receive: two readings of
+    the kernel's counters ``wait_s`` apart. 0 where none can be read."""
     pids = []
     for proc in ctx.processes:
         with contextlib.suppress(psutil.Error, ValueError):
@@ -241,10 +247,20 @@ def _bytes_arriving(ctx, wait_s: float = 1.0) -> bool:
             pids += [top.pid, *(c.pid for c in top.children(recursive=True))]
     before = sockets.received(pids, [os.getpid()])
     if before is None:
-        return False
+        return 0.0
     time.sleep(wait_s)
     after = sockets.received(pids, [os.getpid()])
-    return after is not None and sockets.arrived(before, after) > 0
+    return 0.0 if after is None else sockets.arrived(before, after) / wait_s
+
+
+def _slow_warning(n: int, rates: list[float], config: ScanConfig) -> str:
+    """The storage was slow, not stopped: how often the watch waited on it, at what rate."""
+    return (
+        f"slow storage, not stopped ({n} consumer{'s' if n != 1 else ''}): {len(rates)} time"
+        f"{'s' if len(rates) != 1 else ''} no batch came within --stall-timeout "
+        f"{config.stall_timeout_s:g} s while bytes arrived, at {min(rates) / 1e3:,.1f} KB/s at "
+        "the slowest; waited for, and its rates count the wait"
+    )
 
 
 def _stall_message(dog: Watchdog, config: ScanConfig) -> str:

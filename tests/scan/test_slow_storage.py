@@ -59,3 +59,7 @@ def test_a_slow_server_is_waited_for_not_called_stopped(dataset, tmp_path):
     assert m["samples"] == 24 and m["errors"] == 0
     # the wait for the slow shard's first batch: longer than the stall timeout, reported
     assert m["longest_gap_s"] > 3, m["longest_gap_s"]
+    (slow,) = [w for w in result["warnings"] if w.startswith("slow storage, not stopped")]
+    rate = float(slow.split(" KB/s at the slowest")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert 5 < rate < 60, slow  # the server's 20 KB/s, as the kernel counted it
+    assert slow in proc.stdout.replace("\n", " ")
