@@ -25,8 +25,6 @@ def received(pids: Iterable[int], inside: Iterable[int] = ()) -> dict[int, int] 
     """Bytes received so far by each TCP connection (by socket inode) of the processes ``pids``
     from outside them and ``inside`` (connections among them, a process group's own store, are
     left out); None where ``ss`` cannot say (not installed, not Linux)."""
-    wanted = frozenset(pids)
-    own = wanted | frozenset(inside)
     try:
         text = subprocess.run(
             ["ss", "-tinpeH", "state", "established"],
@@ -34,7 +32,16 @@ def received(pids: Iterable[int], inside: Iterable[int] = ()) -> dict[int, int] 
         ).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return None
-    found = _connections(text)
+    return outside(_connections(text), pids, inside)
+
+
+def outside(
+    found: dict[int, _Connection], pids: Iterable[int], inside: Iterable[int] = ()
+) -> dict[int, int]:
+    """Bytes received by each connection of ``pids`` whose peer is none of theirs or
+    ``inside``'s (a consumer's connection to another consumer's store is left out)."""
+    wanted = frozenset(pids)
+    own = wanted | frozenset(inside)
     ours = {c.local for c in found.values() if c.owners & own}
     return {ino: c.received for ino, c in found.items()
             if c.owners & wanted and c.peer not in ours}  # fmt: skip
