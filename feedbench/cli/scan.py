@@ -212,7 +212,8 @@ class Listing:
         now = time.monotonic()
         if now - self.last >= self.every_s:
             self.last = now
-            self.console.print(f"listing: {files:,} files…", highlight=False)
+            files_ = f"{files:,} file{'s' if files != 1 else ''}"
+            self.console.print(f"listing: {files_}…", highlight=False)
 
 
 class _Progress:

@@ -74,7 +74,8 @@ def locate(
 ) -> Layout:
     """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`.
     ``progress(files)``: told the files found so far after each local folder listed (a tree of
-    a million files takes a while), for the caller to show."""
+    a million files takes a while), or each URL of a brace list asked its size, for the caller
+    to show."""
     base, option = records.split_format(fmt)
     if base not in FORMATS or not records.check_option(base, option):
         raise LoaderError(
@@ -86,7 +87,7 @@ def locate(
     if url:
         remote.check_protocol(text)
     if patterns.has_pattern(text):
-        return _pattern(text, url, fmt)
+        return _pattern(text, url, fmt, progress)
     return _place(text, fmt) if url else _folder(text, fmt, progress)
 
 
@@ -94,11 +95,13 @@ def _shards(root: str, paths: list[str], sizes: list[int], url: bool) -> Layout:
     return Layout("shards", root, paths, sizes, remote=url)
 
 
-def _sizes(paths: list[str], url: bool, what: str = "file") -> dict[str, int]:
-    """Each named file's size (one ``stat`` each); a local file that is not there is one clear
-    error."""
+def _sizes(
+    paths: list[str], url: bool, what: str = "file", progress: Callable[[int], None] | None = None
+) -> dict[str, int]:
+    """Each named file's size (one ``stat`` each, a HEAD each over HTTP); a local file that is
+    not there is one clear error."""
     if url:
-        return dict(zip(paths, remote.sizes(paths), strict=True))
+        return dict(zip(paths, remote.sizes(paths, progress), strict=True))
     found: dict[str, int] = {}
     missing: list[str] = []
     for p in paths:
@@ -117,19 +120,21 @@ def _sizes(paths: list[str], url: bool, what: str = "file") -> dict[str, int]:
     return found
 
 
-def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
+def _pattern(
+    pattern: str, url: bool, fmt: str, progress: Callable[[int], None] | None = None
+) -> Layout:
     shown = remote.redact_url(pattern)
     paths = patterns.expand(pattern)
     if not paths:
         raise LoaderError(f"no files match {shown}")
     kinds = {records.format_of(_path_part(p)) for p in paths}
     if _is_record(fmt) or (fmt == "auto" and len(kinds) == 1 and None not in kinds):
-        found = _sizes(paths, url)
+        found = _sizes(paths, url, progress=progress)
         return _records(_parent(paths[0]), found, fmt if fmt != "auto" else kinds.pop(), url)
     if not all(is_shard(_path_part(p)) for p in paths):
         raise LoaderError(f"a pattern must name .tar shards or data files of one format: {shown}")
     if url:
-        return _shards(_parent(paths[0]), paths, remote.sizes(paths), True)
+        return _shards(_parent(paths[0]), paths, remote.sizes(paths, progress), True)
     found = _sizes(paths, False, "shard")
     return _shards(_parent(paths[0]), paths, [found[p] for p in paths], False)
 

@@ -3,6 +3,7 @@ LISTING_EVERY_S, so a tree of a million files does not pass in silence (issue 24
 
 from __future__ import annotations
 
+import http.server
 import io
 import re
 import shutil
@@ -10,6 +11,8 @@ import shutil
 from rich.console import Console
 
 from feedbench.cli import scan as scan_cli
+from loaders.data.layout import locate
+from tests.conftest import loopback_http
 
 
 def test_the_scan_shows_the_files_listed_so_far(cli, dataset, tmp_path, monkeypatch):
@@ -35,3 +38,17 @@ def test_a_listing_line_at_most_every_interval():
     shown(120_000)
     shown(130_000)  # again too soon
     assert text.getvalue() == "listing: 120,000 files…\n"
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def test_a_brace_list_of_urls_tells_each_size_asked(dataset):
+    """100 k shards over HTTP are a HEAD each: the listing says how many it has asked."""
+    seen: list[int] = []
+    with loopback_http(_Quiet, dataset / "shards") as port:
+        layout = locate(f"http://127.0.0.1:{port}/shard-0000{{0..3}}.tar", progress=seen.append)
+    assert len(layout.files) == 4 and all(layout.sizes)
+    assert seen == [1, 2, 3, 4]
