@@ -44,7 +44,7 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
     listed = listed_as(source, fmt)
     target = os.fspath(path) if path is not None else None
     if target is not None and os.path.exists(target):
-        return _checked(SampleIndex.load(target), listed, target)
+        return _checked(SampleIndex.load(target, source), listed, target)
     if info.world_size > 1 and info.local_world_size > 1:
         own = target is None  # the job's own file, removed with it; else the user's, kept
         if target is None:
@@ -54,7 +54,7 @@ def obtain(source, fmt: str, info: DistInfo, path: str | os.PathLike[str] | None
         )
         if index is not None:
             return index
-        index = _checked(SampleIndex.load(target), listed, target)
+        index = _checked(SampleIndex.load(target, source), listed, target)
         if own:
             _loaded(target, info.local_rank, info.local_world_size)
         return index

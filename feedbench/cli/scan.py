@@ -4,6 +4,7 @@ torchrun rank, ``feedbench consumer`` (the same options: one consumer per proces
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -98,6 +99,15 @@ Describe = Annotated[
     ),
 ]
 
+Index = Annotated[
+    str | None,
+    typer.Option(
+        help="Tar shards: a loaders' index of them (build_loader(..., index=PATH)); made there "
+        "when absent, reading each shard once. A shard cut short then counts the samples it "
+        "lost, and the results state the samples expected.",
+    ),
+]
+
 
 @app.command(short_help="How fast N consumers can read this data, stage by stage.")
 def scan(
@@ -128,6 +138,7 @@ def scan(
     describe: Describe = None,
     workload: o.Workload = None,
     accelerator: Accelerator = None,
+    index: Index = None,
     list_workloads: o.ListWorkloads = False,
     loader_option: LoaderOption = None,
     json_out: o.Json = None,
@@ -156,6 +167,7 @@ def scan(
                 on_update=outputs.update,
                 on_count=progress.count,
                 on_progress=progress.advance,
+                on_listing=Listing(err),
             )
         except KeyboardInterrupt:  # before the first measurement ended, or after the last
             progress.stop()
@@ -182,6 +194,27 @@ def end(result, outputs: Outputs, signal_name: str | None) -> None:
         by = f" ({signal_name})" if signal_name else ""
         err.print(f"interrupted{by}: partial results written")
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+LISTING_EVERY_S = 2.0  # a listing's progress line at most this often
+
+
+class Listing:
+    """``listing: 120,000 files…`` on stderr while the data's folder is listed, at most every
+    ``LISTING_EVERY_S``: a tree of a million files takes tens of seconds, which should not
+    pass in silence; a small one prints nothing."""
+
+    def __init__(self, console) -> None:
+        self.console = console
+        self.every_s = LISTING_EVERY_S
+        self.last = time.monotonic()
+
+    def __call__(self, files: int) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            files_ = f"{files:,} file{'s' if files != 1 else ''}"
+            self.console.print(f"listing: {files_}…", highlight=False)
 
 
 class _Progress:

@@ -203,6 +203,10 @@ class Watchdog:
         allowed = self.timeout_s + (0.0 if self.started else self.grace_s)
         return now - max(self.moved) > allowed
 
+    def poke(self) -> None:
+        """Progress seen elsewhere (bytes arriving for a batch not yet whole): not stalled."""
+        self.moved = [time.monotonic()] * len(self.moved)
+
     def silent(self) -> list[tuple[int, float]]:
         """(index, seconds without progress) of every counter, the longest silent first."""
         now = time.monotonic()

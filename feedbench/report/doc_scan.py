@@ -370,6 +370,25 @@ def _cache_words(result: ScanResult) -> str:
 def warnings(result: ScanResult) -> list[str]:
     out = list(result.warnings)
     out += [f"skipped {e.key} ({e.stage}): {e.message}" for e in result.errors[:5]]
+    out += failed_files_lines(result)
     out += [f"failed: {_plural(m.consumers, 'consumer')}, {m.pass_name}, repeat {m.repeat}: "
             f"{m.failed} (no rate: left out)" for m in result.measurements if m.failed]  # fmt: skip
+    return out
+
+
+def failed_files_lines(result: ScanResult) -> list[str]:
+    """Each measurement's shards whose reads failed before their end (cut short, corrupt):
+    how many, and the first few by name."""
+    out = []
+    for m in result.measurements:
+        if not m.failed_files:
+            continue
+        more = m.failed_files - len(m.failed_names)
+        out.append(
+            f"{_plural(m.failed_files, 'shard')} failed before the end (cut short or corrupt; "
+            f"{_plural(m.consumers, 'consumer')}, {m.pass_name}, repeat {m.repeat}): "
+            + ", ".join(m.failed_names)
+            + (f" and {more:,} more" if more > 0 else "")
+            + (f"; {m.lost_text()} (by the index)" if m.lost_samples is not None else "")
+        )
     return out

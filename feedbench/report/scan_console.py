@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from feedbench.report.doc_scan import not_judged_text
+from feedbench.report.doc_scan import failed_files_lines, not_judged_text
 from feedbench.report.fmt import (
     count,
     fed_text,
@@ -72,6 +72,8 @@ def render_scan(result: ScanResult, console: Console, wide: bool = False) -> Non
     _sizing_line(result, console)
     for e in result.errors[:5]:
         console.print(f"  [yellow]skipped[/] {plain(e.key)} ({plain(e.stage)}): {plain(e.message)}")
+    for line in failed_files_lines(result):
+        console.print(f"  [yellow]failed files:[/] {plain(line)}", highlight=False)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/] {plain(w)}")
     partial = partial_flag(result)

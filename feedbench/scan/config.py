@@ -50,6 +50,8 @@ class ScanConfig:
     loader_options: dict[str, Any] = field(default_factory=dict)  # more keywords for the loader
     workload: str | None = None  # an MLPerf-Storage-shaped workload (feedbench.core.workloads)
     accelerator: str | None = None  # the workload's accelerator row (default h100)
+    # shards: a loaders' index of them (made there when absent), for each shard's sample count
+    index: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}

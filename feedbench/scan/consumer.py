@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
 from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
-from feedbench.scan.results import ConsumerStats, SampleError, StageStats
+from feedbench.scan.results import KEEP_NAMES, ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
 from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, StageStream
 from loaders import start_workers
@@ -77,6 +77,8 @@ class Tally:
         self.clocks = {s: Clock() for s in stages if s in CPU_STAGES}
         self.samples = self.files = self.read_bytes = self.errors = self.batches = 0
         self.failed_files = 0
+        self.failed_names: list[str] = []  # the first few failed shards
+        self.lost_samples = 0  # their samples after the error, by the index
         self.read_latencies: list[float] = []
         self.kept_errors: list[SampleError] = []
         self.first_batch_s: float | None = None
@@ -119,6 +121,10 @@ class Tally:
             self.marks.append((when, times.samples, times.read_bytes, times.files))
         self.errors += times.errors
         self.failed_files += times.failed_files
+        self.lost_samples += times.lost_samples
+        room = KEEP_NAMES - len(self.failed_names)
+        if room > 0:
+            self.failed_names.extend(times.failed_names[:room])
         self.read_latencies.extend(times.read_latencies)
         clocks = self.clocks
         for stage, busy in times.busy_s.items():
@@ -344,6 +350,8 @@ def run_consumer(
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
+    if source.expected is not None and batches is None:  # counted by our reader's index
+        stats.lost_samples = tally.lost_samples
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
     raw[MARKS] = tally.window_marks()
     return stats, tally.kept_errors, raw
@@ -425,6 +433,7 @@ def consumer_stats(
         read_bytes=tally.read_bytes,
         errors=tally.errors,
         failed_files=tally.failed_files,
+        failed_names=list(tally.failed_names),
         batches=tally.batches,
         wall_s=wall_s,
         first_batch_s=tally.first_batch_s,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from feedbench.core.stats import Percentiles, percentiles
-from feedbench.scan.results import ConsumerStats, Measurement, StageStats
+from feedbench.scan.results import KEEP_NAMES, ConsumerStats, Measurement, StageStats
 
 MARKS = "window_marks"  # the raw key of a consumer's steady-window items (not a stage)
 
@@ -207,6 +207,8 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         read_bytes=read_bytes,
         errors=sum(s.errors for s in stats),
         failed_files=sum(s.failed_files for s in stats),
+        failed_names=[name for s in stats for name in s.failed_names][:KEEP_NAMES],
+        lost_samples=_total([s.lost_samples for s in stats]),
         batches=sum(s.batches for s in stats),
         wall_s=wall,
         first_batch_s=max(firsts) if firsts else None,
@@ -232,3 +234,8 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
         au_min=float(min(aus)) if aus else None,
         monitor=timeline,
     )
+
+
+def _total(counts: Sequence[int | None]) -> int | None:
+    """The sum of counts every consumer knew; None where one did not."""
+    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)

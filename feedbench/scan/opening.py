@@ -3,6 +3,11 @@ parent imports none: a bad path or option answers at once): open the source the 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
+import numpy as np
+
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
@@ -11,12 +16,15 @@ from feedbench.scan.sources import Source, detect, detect_files
 SCAN_PID_ENV = "FEEDBENCH_SCAN_PID"  # set by a local scan for its consumers (not by torchrun)
 
 
-def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
-    """The source ``config`` names, with its read options set, and notes for the results."""
+def open_source(
+    config: ScanConfig, progress: Callable[[int], None] | None = None
+) -> tuple[Source, list[str]]:
+    """The source ``config`` names, with its read options set, and notes for the results;
+    ``progress(files)`` while a local folder is listed."""
     if is_user_spec(config.loader):  # the user's loader reads the path its own way
-        source, notes = detect_files(config.path), []
+        source, notes = detect_files(config.path, progress), []
     else:
-        source, notes = detect(config.path, config.fmt)
+        source, notes = detect(config.path, config.fmt, progress)
         if source.kind == "records":
             notes += _record_stages(config, source.fmt)
     # THE READING THREAD (local shards) only where reading is the whole job, the storage test
@@ -38,7 +46,42 @@ def open_source(config: ScanConfig) -> tuple[Source, list[str]]:
         read_ahead=int(config.read_ahead_mb * (1 << 20)),
         read_thread=config.read_thread,
     )
+    if config.index is not None:
+        source.expected = expected_per_shard(config, source)
     return source, notes
+
+
+def expected_per_shard(config: ScanConfig, source: Source) -> np.ndarray:
+    """Each shard's sample count by the loaders' index at ``config.index``: what a shard cut
+    short should have held. Where no file is there the shards are indexed (each read once, its
+    headers walked) and it is saved there, as ``build_loader(..., index=PATH)`` does; the
+    consumers then load it (mapped: milliseconds)."""
+    from loaders.data import SampleIndex, open_index
+    from loaders.data.index import listed_as
+    from loaders.data.remote import redact_url
+    from loaders.errors import LoaderError
+
+    path = str(config.index)
+    if source.kind != "shards" or config.loader is not None:
+        raise FeedbenchError("--index: for tar shards read by the scan itself (not --loader)")
+    try:
+        if os.path.exists(path):
+            index = SampleIndex.load(path)
+        else:
+            index = open_index(source.layout)
+            index.listed = listed_as(config.path or "", config.fmt)
+            index.save(path)
+    except LoaderError as e:
+        raise FeedbenchError(f"--index: {e}") from None
+    files = source.files()
+    same = index.kind == "shards" and len(index.shards) == len(files)
+    pairs = zip(index.shards, files, strict=False)  # (same: the lengths are equal)
+    if not same or any(redact_url(a) != redact_url(str(b)) for a, b in pairs):
+        raise FeedbenchError(
+            f"--index: {path} is the index of {index.listed}, not of these {len(files)} shards: "
+            "give another path, or delete the file to index them again"
+        )
+    return index.samples_per_shard()
 
 
 def _record_stages(config: ScanConfig, fmt: str) -> list[str]:

@@ -124,7 +124,7 @@ def open_loader(
 
         given = shared_index()  # the parent's index: not listed again here
         built = build_loader(
-            SampleIndex.load(given) if given else config.path, name, batch_size,
+            SampleIndex.load(given, config.path) if given else config.path, name, batch_size,
             image_size=config.image_size, rank=rank,
             world_size=world_size, local_rank=local_rank, seed=config.seed, workers=workers,
             device=device, **config.loader_options,

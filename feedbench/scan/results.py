@@ -13,6 +13,7 @@ from feedbench.core.stats import Percentiles
 from feedbench.core.timeline import Timeline
 
 KIND = "scan"
+KEEP_NAMES = 5  # failed shards named per consumer and measurement (the rest counted)
 
 
 @dataclass
@@ -79,6 +80,8 @@ class ConsumerStats:
     started_at: float | None = None  # the pass's start (the clock's), seconds since the epoch
     common_batches: int | None = None
     failed_files: int = 0  # shards that ended in an error before their end
+    failed_names: list[str] = field(default_factory=list)  # the first few of them
+    lost_samples: int | None = None  # their samples after the error (None: no index to say)
     common_samples: int | None = None
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
@@ -134,6 +137,20 @@ class Measurement:
     median_gap_s: float | None = None
     # shards cut short or corrupt (each lost the samples after its error, uncounted in errors)
     failed_files: int = 0
+    failed_names: list[str] = field(default_factory=list)  # the first few of them, by rank
+    # the samples those shards held after their error, by the index (scan --index); None
+    # without one. Expected = samples + errors - failed_files + lost_samples
+    lost_samples: int | None = None
+
+    def lost_text(self) -> str:
+        """The samples the index expected, those that arrived and those lost, in words."""
+        arrived = self.samples + self.errors - self.failed_files
+        lost = self.lost_samples or 0
+        return (
+            f"{arrived + lost:,} samples expected, {arrived:,} arrived: {lost:,} lost in "
+            f"{self.failed_files:,} shard{'s' if self.failed_files != 1 else ''} cut short or "
+            "corrupt"
+        )
 
 
 @dataclass

@@ -8,6 +8,7 @@ what was measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import os
@@ -18,6 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
+
+from feedbench.core import sockets
 from feedbench.core.envelope import DatasetInfo, envelope, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.listing import skipped_files, skipped_warning
@@ -175,6 +179,7 @@ def run_count(
     init = f"tcp://127.0.0.1:{free_port()}"
     ctx = None
     how, why = "interrupted", None
+    slow: list[float] = []  # bytes/s arriving each time the watch waited on slow storage
     try:
         # a signal while the consumers start is taken once all are known here, and so ended
         with job_tag() as tag, stop_signals_deferred():
@@ -186,7 +191,7 @@ def run_count(
                 join=False,
                 start_method=START_METHOD,
             )
-        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress)
+        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress, slow)
     except KeyboardInterrupt:  # as they started: they are ended below, the count interrupted
         pass
     finally:
@@ -197,6 +202,8 @@ def run_count(
         with open(out_path, "rb") as f:
             outcomes = pickle.load(f)
         os.unlink(out_path)
+    if slow and outcomes:
+        outcomes[-1].warnings.append(_slow_warning(n, slow, config))
     error = _user_loader_error(out_path)
     if error is not None and how == "failed":
         raise error
@@ -213,10 +220,11 @@ def run_count(
 
 
 def _watch(
-    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress
+    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress, slow: list[float]
 ) -> tuple[str, str | None]:
     """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
-    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled."""
+    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled; one
+    whose connections receive bytes is slow, not stalled (the rates go to ``slow``)."""
     import torch.multiprocessing as mp
 
     from feedbench.scan.rank import READING
@@ -228,6 +236,11 @@ def _watch(
                 on_progress(sum(done_bytes))
             busy = [p != READING for p in phases]
             if dog.check(list(zip(done_bytes, beats, strict=True)), busy):
+                rate = _bytes_arriving(ctx)
+                if rate > 0:  # slow, not stopped: a batch is on its way
+                    slow.append(rate)
+                    dog.poke()
+                    continue
                 return "stalled", _stall_message(dog, config)
     except KeyboardInterrupt:
         return "interrupted", None
@@ -236,6 +249,32 @@ def _watch(
     except mp.ProcessExitedException as e:
         return "failed", f"consumer {e.error_index} died (exit code {e.exit_code})"
     return "done", None
+
+
+def _bytes_arriving(ctx, wait_s: float = 1.0) -> float:
+    """Bytes/s the consumers' (and their loader workers') connections receive: two readings of
+    the kernel's counters ``wait_s`` apart. 0 where none can be read."""
+    pids = []
+    for proc in ctx.processes:
+        with contextlib.suppress(psutil.Error, ValueError):
+            top = psutil.Process(proc.pid)
+            pids += [top.pid, *(c.pid for c in top.children(recursive=True))]
+    before = sockets.received(pids, [os.getpid()])
+    if before is None:
+        return 0.0
+    time.sleep(wait_s)
+    after = sockets.received(pids, [os.getpid()])
+    return 0.0 if after is None else sockets.arrived(before, after) / wait_s
+
+
+def _slow_warning(n: int, rates: list[float], config: ScanConfig) -> str:
+    """The storage was slow, not stopped: how often the watch waited on it, at what rate."""
+    return (
+        f"slow storage, not stopped ({n} consumer{'s' if n != 1 else ''}): {len(rates)} time"
+        f"{'s' if len(rates) != 1 else ''} no batch came within --stall-timeout "
+        f"{config.stall_timeout_s:g} s while bytes arrived, at {min(rates) / 1e3:,.1f} KB/s at "
+        "the slowest; waited for, and its rates count the wait"
+    )
 
 
 def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
@@ -348,13 +387,16 @@ def new_result(config: ScanConfig, source: Source, notes: list[str], p: Plan) ->
     return result
 
 
-def validate(config: ScanConfig) -> tuple[Source, list[str], Plan]:
+def validate(
+    config: ScanConfig, on_listing: Callable[[int], None] | None = None
+) -> tuple[Source, list[str], Plan]:
     """The config's own checks (:func:`feedbench.scan.config.check`), then those that need the
-    data: one clear error for anything that cannot be measured."""
+    data: one clear error for anything that cannot be measured. ``on_listing(files)`` as a
+    local folder is listed."""
     p = check(config)
     if config.path is None and not is_user_spec(config.loader):
         raise FeedbenchError("a data path is needed (only your own loader may go without one)")
-    source, notes = open_source(config)
+    source, notes = open_source(config, on_listing)
     if source.remote and (config.direct or config.drop_caches):
         raise FeedbenchError(
             f"--{'direct' if config.direct else 'drop-caches'} controls this machine's page "
@@ -415,16 +457,18 @@ def scan(
     on_update: Callable[[ScanResult], None] | None = None,
     on_count: Callable[[int, int, int], None] | None = None,
     on_progress: Callable[[int], None] | None = None,
+    on_listing: Callable[[int], None] | None = None,
 ) -> ScanResult:
     """Measure every consumer count (and search for the maximum when asked).
 
     ``on_update`` gets the result after every count (for saving: marked partial and unfinished
     until the last call, the finished result); ``on_count(n, workers, bytes)``
-    is told when a count starts and ``on_progress(bytes)`` as it goes. Ctrl-C returns the
+    is told when a count starts and ``on_progress(bytes)`` as it goes; ``on_listing(files)`` as
+    a local folder is listed, before. Ctrl-C returns the
     result so far, marked partial; so does a failure (a consumer died, the storage stalled, most
     samples of a measurement failed), with ``result.failure`` saying what: :func:`outcome`.
     """
-    source, notes, p = validate(config)
+    source, notes, p = validate(config, on_listing)
     start_consumer_server()
     if config.path is None:  # the user's loader knows its data: nothing listed
         return _scan(config, source, notes, p, on_update, on_count, on_progress)
@@ -539,12 +583,18 @@ def unequal_batches(m: Measurement) -> str | None:
 
 def _judge_failed(m: Measurement) -> None:
     """A measurement in which most samples failed is a failure, never a rate. A shard cut short
-    lost an unknown number of samples after its error (the listing does not count a shard's
-    samples), so cut shards weigh as their share of the shards the measurement read."""
+    lost the samples after its error: counted by the index where there is one (scan --index);
+    without, the listing does not count a shard's samples, so cut shards weigh as their share
+    of the shards the measurement read."""
     if m.failed is not None:
         return
-    if m.errors > m.samples:
-        m.failed = f"{m.errors:,} of {m.samples + m.errors:,} samples failed"
+    bad = m.errors - m.failed_files  # a shard's own error is no sample
+    if m.lost_samples is not None:
+        if bad + m.lost_samples > m.samples:
+            bad += m.lost_samples
+            m.failed = f"{bad:,} of {m.samples + bad:,} samples failed ({m.lost_text()})"
+    elif bad > m.samples:
+        m.failed = f"{bad:,} of {m.samples + bad:,} samples failed"
     elif m.failed_files and 2 * m.failed_files > max(m.files, m.failed_files):
         m.failed = (
             f"{m.failed_files:,} of {max(m.files, m.failed_files):,} shards failed (cut short "

@@ -16,7 +16,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -52,6 +52,8 @@ class Source:
     latency_s: float = 0.0  # emulated extra latency per file opened (slower storage)
     read_ahead: int = 0  # bytes the kernel is asked to read ahead of a shard's read position
     read_thread: bool = False  # local shards: a reading thread keeps one read call in flight
+    # shards: each one's sample count by an index (scan --index), what a cut one should have held
+    expected: np.ndarray | None = None
 
     def __init__(self, layout: Layout) -> None:
         self.layout = layout
@@ -92,8 +94,11 @@ class Source:
         return int(self._sizes.sum())
 
     def samples_hint(self) -> int | None:
-        """Number of samples if known without reading (tree, data files), else None (shards)."""
-        return None if self.kind == "shards" else self.units()
+        """Number of samples if known without reading (tree, data files, shards with an index),
+        else None (shards)."""
+        if self.kind == "shards":
+            return None if self.expected is None else int(self.expected.sum())
+        return self.units()
 
     def label(self, index: int) -> int:
         return int(self._labels[index]) if len(self._labels) else 0
@@ -189,22 +194,26 @@ class Source:
         return FileReader(path, direct=self.direct, window=self.read_ahead, piece=piece)
 
 
-def detect(path: str, fmt: str = "auto") -> tuple[Source, list[str]]:
+def detect(
+    path: str, fmt: str = "auto", progress: Callable[[int], None] | None = None
+) -> tuple[Source, list[str]]:
     """The source at ``path`` and notes about the choice (e.g. a second layout left out); in a
-    consumer, the listing its parent made (:func:`shared_listing`), never a listing of its own."""
+    consumer, the listing its parent made (:func:`shared_listing`), never a listing of its own.
+    ``progress(files)`` as a local folder is listed (:func:`loaders.data.locate`)."""
     shared = _shared(path, fmt)
     if shared is not None:
         return Source(shared), list(shared.notes)
     try:
-        layout = locate(path, fmt)
+        layout = locate(path, fmt, progress)
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
     return Source(layout), list(layout.notes)
 
 
-def detect_files(path: str | None) -> Source:
+def detect_files(path: str | None, progress: Callable[[int], None] | None = None) -> Source:
     """Every file at a local ``path``, for a loader that reads them its own way (the cold cache
-    is applied to them); no file for no path (the loader knows its data)."""
+    is applied to them); no file for no path (the loader knows its data). ``progress`` as in
+    :func:`detect`."""
     if path is None:
         return Source(Layout("files", "", [], []))
     if remote_io.is_url(path):
@@ -213,7 +222,7 @@ def detect_files(path: str | None) -> Source:
     if shared is not None:
         return Source(shared)
     try:
-        return Source(locate_files(path))
+        return Source(locate_files(path, progress))
     except LoaderError as e:
         raise FeedbenchError(str(e)) from None
 

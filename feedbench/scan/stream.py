@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from feedbench.scan import stages as st
+from feedbench.scan.results import KEEP_NAMES
 from feedbench.scan.sources import Source
 
 KEEP_ERRORS = 20
@@ -29,6 +30,8 @@ class BatchTimes:
     read_bytes: int = 0
     errors: int = 0
     failed_files: int = 0  # shards that ended in an error before their end (cut, corrupt)
+    failed_names: list[str] = field(default_factory=list)  # the first KEEP_NAMES of them
+    lost_samples: int = 0  # their samples after the error (by the index; 0 without one)
     busy_s: dict[str, float] = field(default_factory=dict)
     in_bytes: dict[str, int] = field(default_factory=dict)
     read_latencies: list[float] = field(default_factory=list)
@@ -85,6 +88,8 @@ class StageStream(IterableDataset):
         self.image_size = image_size
         self.seed = seed
         self._shard: str | None = None  # the shard being read (shards only)
+        self._unit = 0  # its unit
+        self._arrived = 0  # its samples read so far (failed ones too)
 
     def __iter__(self) -> Iterator[tuple[Any, BatchTimes]]:
         info = get_worker_info()
@@ -118,6 +123,7 @@ class StageStream(IterableDataset):
             if raw is None:  # a shard read to its end: a file, in the batch that finished it
                 times.files += 1
                 continue
+            self._arrived += 1
             times.read_bytes += raw.read_bytes
             if per_file:
                 times.files += 1
@@ -129,7 +135,7 @@ class StageStream(IterableDataset):
             if raw.error is not None or raw.data is None:
                 times.errors += 1
                 if raw.key == self._shard:  # the shard's own error: the rest of it is lost
-                    times.failed_files += 1
+                    self._shard_failed(times, raw.key)
                 if len(times.error_list) < KEEP_ERRORS:
                     times.error_list.append((raw.key, "read", raw.error or "no data"))
                 continue
@@ -155,6 +161,16 @@ class StageStream(IterableDataset):
         if times.samples or times.files or times.errors:
             yield flush()
 
+    def _shard_failed(self, times: BatchTimes, name: str) -> None:
+        """The shard being read ended in an error: counted, named, and what it lost after the
+        error counted by the index's count for it (the samples that arrived taken off)."""
+        times.failed_files += 1
+        if len(times.failed_names) < KEEP_NAMES:
+            times.failed_names.append(name)
+        expected = self.source.expected
+        if expected is not None:  # (the error's own record is not one of its samples)
+            times.lost_samples += max(0, int(expected[self._unit]) - (self._arrived - 1))
+
     def _samples(self, units: np.ndarray) -> Iterator[Any]:
         """The units' samples; for tar shards a None after each shard, when it was read to its
         end (counting it when it was opened put every file in the warm-up batch)."""
@@ -162,6 +178,7 @@ class StageStream(IterableDataset):
             yield from self.source.iter_samples(units, views=True)
             return
         for i in range(len(units)):
-            self._shard = str(self.source.files()[int(units[i])])
+            self._unit, self._arrived = int(units[i]), 0
+            self._shard = str(self.source.files()[self._unit])
             yield from self.source.iter_samples(units[i : i + 1], views=True)
             yield None

@@ -22,6 +22,7 @@ import numpy as np
 
 from loaders.data import remote, saved
 from loaders.data.layout import Layout, Skipped, locate
+from loaders.data.redaction import secret_parts, unmask
 from loaders.data.tar import iter_shard
 from loaders.errors import LoaderError
 
@@ -106,32 +107,48 @@ class SampleIndex:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write this index to ``path`` (atomically), to be reused by :meth:`load`: by the other
-        ranks of a job, or by later jobs over the same data (:mod:`loaders.data.saved`)."""
-        header = {"listing": "samples", "listed": self.listed, "kind": self.kind}
-        header |= {"root": self.root, "classes": self.classes, "shards": self.shards}
-        header["skipped"] = [list(s) for s in self.skipped]
+        ranks of a job, or by later jobs over the same data (:mod:`loaders.data.saved`).
+
+        URLs are saved without their credentials (a password, a signature or token in the
+        query: :func:`~loaders.data.redaction.redact_url`): an index is kept and passed around,
+        the secrets stay with whoever names the source; :meth:`load` given it puts them back."""
+        shown = [remote.redact_url(s) for s in self.shards]
+        masked = remote.redact_url(self.root) != self.root or shown != self.shards
+        paths = self.paths
+        if paths is not None and remote.is_url(self.root):  # (a local tree has no URL)
+            given = paths.tolist()
+            shown_paths = [remote.redact_url(p) for p in given]
+            if shown_paths != given:
+                paths, masked = StringTable(shown_paths), True
+        header = {"listing": "samples", "listed": self.listed, "kind": self.kind, "masked": masked}
+        header |= {"root": remote.redact_url(self.root), "classes": self.classes, "shards": shown}
+        header["skipped"] = [[remote.redact_text(t) for t in s] for s in self.skipped]
         arrays = {"labels": self.labels}
         for name in _ARRAYS:
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
-        for name in _TABLES:
-            table = getattr(self, name)
+        for name, table in (("paths", paths), ("names", self.names)):
             if table is not None:
                 arrays[name + ".buffer"], arrays[name + ".offsets"] = table.buffer, table.offsets
         saved.write(path, header, arrays)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> SampleIndex:
+    def load(cls, path: str | os.PathLike[str], source=None) -> SampleIndex:
         """The index :meth:`save` wrote to ``path``, its arrays mapped from the file (forked
-        workers share the pages); one :class:`LoaderError` for a file that is not one."""
+        workers share the pages); one :class:`LoaderError` for a file that is not one.
+        ``source``: the path, URL or shard list it indexes, as given to :func:`open_index`,
+        whose credentials are put back into its URLs (saved without them)."""
         header, arrays = saved.read(path)
         if header.get("listing") != "samples":
             where = os.fspath(path)
             raise LoaderError(f"{where} is not a loader's index (it holds a scan's listing)")
         try:
-            return _from_saved(header, arrays)
+            index = _from_saved(header, arrays)
         except (KeyError, TypeError, ValueError) as e:
             raise LoaderError(f"{os.fspath(path)} is a damaged feedbench index ({e})") from None
+        if header.get("masked") and isinstance(source, (str, os.PathLike, list, tuple)):
+            _unmask(index, source)
+        return index
 
     @property
     def num_classes(self) -> int:
@@ -168,6 +185,23 @@ class SampleIndex:
     def samples_per_shard(self) -> np.ndarray:
         assert self.shard_of is not None
         return np.bincount(self.shard_of, minlength=len(self.shards)).astype(np.int64)
+
+
+def _unmask(index: SampleIndex, source) -> None:
+    """The credentials :meth:`SampleIndex.save` left out of the index's URLs, put back from
+    ``source`` (given again by its user): shards named one by one, each by its own URL; else
+    the source URL's password and secret query values, wherever they were masked."""
+    listed = isinstance(source, (list, tuple))
+    given = [os.fspath(s) for s in source] if listed else [os.fspath(source)]
+    pairs = secret_parts(given[0]) if given else []
+    if listed:
+        real = {remote.redact_url(s): s for s in given}
+        index.shards = [real.get(s, s) for s in index.shards]
+    else:
+        index.shards = [unmask(s, pairs) for s in index.shards]
+    index.root = unmask(index.root, pairs)
+    if index.paths is not None and pairs:
+        index.paths = StringTable([unmask(p, pairs) for p in index.paths])
 
 
 _ARRAYS = ("shard_of", "offset", "size", "label_offset", "label_size")

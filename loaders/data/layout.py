@@ -26,7 +26,7 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -69,8 +69,13 @@ class Layout:
         return int(sum(self.sizes))
 
 
-def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
-    """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`."""
+def locate(
+    path: str | os.PathLike[str], fmt: str = "auto", progress: Callable[[int], None] | None = None
+) -> Layout:
+    """The layout at ``path`` (see the module docstring), or one clear :class:`LoaderError`.
+    ``progress(files)``: told the files found so far after each local folder listed (a tree of
+    a million files takes a while), or each URL of a brace list asked its size, for the caller
+    to show."""
     base, option = records.split_format(fmt)
     if base not in FORMATS or not records.check_option(base, option):
         raise LoaderError(
@@ -82,19 +87,21 @@ def locate(path: str | os.PathLike[str], fmt: str = "auto") -> Layout:
     if url:
         remote.check_protocol(text)
     if patterns.has_pattern(text):
-        return _pattern(text, url, fmt)
-    return _place(text, fmt) if url else _folder(text, fmt)
+        return _pattern(text, url, fmt, progress)
+    return _place(text, fmt) if url else _folder(text, fmt, progress)
 
 
 def _shards(root: str, paths: list[str], sizes: list[int], url: bool) -> Layout:
     return Layout("shards", root, paths, sizes, remote=url)
 
 
-def _sizes(paths: list[str], url: bool, what: str = "file") -> dict[str, int]:
-    """Each named file's size (one ``stat`` each); a local file that is not there is one clear
-    error."""
+def _sizes(
+    paths: list[str], url: bool, what: str = "file", progress: Callable[[int], None] | None = None
+) -> dict[str, int]:
+    """Each named file's size (one ``stat`` each, a HEAD each over HTTP); a local file that is
+    not there is one clear error."""
     if url:
-        return dict(zip(paths, remote.sizes(paths), strict=True))
+        return dict(zip(paths, remote.sizes(paths, progress), strict=True))
     found: dict[str, int] = {}
     missing: list[str] = []
     for p in paths:
@@ -113,19 +120,21 @@ def _sizes(paths: list[str], url: bool, what: str = "file") -> dict[str, int]:
     return found
 
 
-def _pattern(pattern: str, url: bool, fmt: str) -> Layout:
+def _pattern(
+    pattern: str, url: bool, fmt: str, progress: Callable[[int], None] | None = None
+) -> Layout:
     shown = remote.redact_url(pattern)
     paths = patterns.expand(pattern)
     if not paths:
         raise LoaderError(f"no files match {shown}")
     kinds = {records.format_of(_path_part(p)) for p in paths}
     if _is_record(fmt) or (fmt == "auto" and len(kinds) == 1 and None not in kinds):
-        found = _sizes(paths, url)
+        found = _sizes(paths, url, progress=progress)
         return _records(_parent(paths[0]), found, fmt if fmt != "auto" else kinds.pop(), url)
     if not all(is_shard(_path_part(p)) for p in paths):
         raise LoaderError(f"a pattern must name .tar shards or data files of one format: {shown}")
     if url:
-        return _shards(_parent(paths[0]), paths, remote.sizes(paths), True)
+        return _shards(_parent(paths[0]), paths, remote.sizes(paths, progress), True)
     found = _sizes(paths, False, "shard")
     return _shards(_parent(paths[0]), paths, [found[p] for p in paths], False)
 
@@ -138,7 +147,7 @@ def _parent(path: str) -> str:
     return (path.rsplit("/", 1)[0] if remote.is_url(path) else os.path.dirname(path)) or "."
 
 
-def _folder(path: str, fmt: str) -> Layout:
+def _folder(path: str, fmt: str, progress: Callable[[int], None] | None = None) -> Layout:
     if not os.path.exists(path):
         raise LoaderError(f"no such file or directory: {path}")
     if os.path.isfile(path):
@@ -151,7 +160,7 @@ def _folder(path: str, fmt: str) -> Layout:
             f"{path} is a file: give a directory of images or .tar shards, or a data file "
             "(.npy, .npz, .tfrecord; --format files for any file)"
         )
-    found, left_out = _walk(path)
+    found, left_out = _walk(path, progress)
     if not found and left_out:
         raise LoaderError(f"nothing readable in {path}: {_left_out(left_out)}")
     layout = _classify(path, found, fmt, url=False)
@@ -163,12 +172,14 @@ def _left_out(skipped: list[Skipped]) -> str:
     return f"{len(skipped)} left out, e.g. {skipped[0].path} ({skipped[0].reason})"
 
 
-def _walk(path: str) -> tuple[dict[str, int], list[Skipped]]:
+def _walk(
+    path: str, progress: Callable[[int], None] | None = None
+) -> tuple[dict[str, int], list[Skipped]]:
     """Every file under the folder ``path`` (dot-files and dot-folders left out) → its size,
     sorted by path, and what could not be listed (:class:`_Walk`)."""
     if not os.access(path, os.R_OK | os.X_OK):
         raise LoaderError(f"permission denied: {path}")
-    walk = _Walk(path)
+    walk = _Walk(path, progress)
     walk.run()
     walk.found.sort()  # the one sort: (path, size) pairs, paths unique
     walk.skipped.sort()  # (few) in path order, whichever round found them
@@ -182,8 +193,9 @@ class _Walk:
     (a loop back to its parent, a second link) is named in ``skipped`` instead of listed again.
     Unreadable folders and files are named there too."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, progress: Callable[[int], None] | None = None) -> None:
         self.root = root
+        self.progress = progress  # told the files found after each folder
         self.found: list[tuple[str, int]] = []
         self.skipped: list[Skipped] = []
         top = os.stat(root)
@@ -210,6 +222,8 @@ class _Walk:
         stack = [top]
         while stack:
             stack += self._folder(stack.pop())
+            if self.progress is not None:
+                self.progress(len(self.found))
 
     def _folder(self, folder: str) -> list[str]:
         """List one folder's files; returns its subfolders (links to folders are kept aside)."""
@@ -259,9 +273,12 @@ def _why(e: OSError) -> str:
     return "symbolic link loop" if e.errno == errno.ELOOP else (e.strerror or str(e))
 
 
-def locate_files(path: str | os.PathLike[str]) -> Layout:
+def locate_files(
+    path: str | os.PathLike[str], progress: Callable[[int], None] | None = None
+) -> Layout:
     """Every file at a local ``path`` (one file, or all under a folder) as kind ``files``: the
-    data of a loader that reads it its own way (Parquet, LMDB, ...), for cache control only."""
+    data of a loader that reads it its own way (Parquet, LMDB, ...), for cache control only.
+    ``progress`` as in :func:`locate`."""
     text = os.fspath(path)
     if remote.is_url(text):
         raise LoaderError(f"a local path is needed here, not a URL: {remote.redact_url(text)}")
@@ -270,7 +287,7 @@ def locate_files(path: str | os.PathLike[str]) -> Layout:
     if os.path.isfile(text):
         found, left_out = {text: os.path.getsize(text)}, []
     else:
-        found, left_out = _walk(text)
+        found, left_out = _walk(text, progress)
     if not found:
         more = f": {_left_out(left_out)}" if left_out else ""
         raise LoaderError(f"{text} is empty: no files in it{more}")

@@ -74,3 +74,34 @@ def redact_text(text: str) -> str:
         out += [text[pos : m.start()], redact_url(text[m.start() : stop])]
         pos = stop
     return "".join(out) + text[pos:]
+
+
+def secret_parts(url: str) -> list[tuple[str, str]]:
+    """What :func:`redact_url` masks in ``url``, as (masked, real) pairs that give it back in
+    any URL written with the same credentials: ``//user:***@`` for its userinfo, ``name=***``
+    for each secret query value. A URL listed from ``url`` (a shard of its brace list, an object
+    under its prefix) carries them alike."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    head_end = min((i for i in (rest.find("?"), rest.find("#")) if i != -1), default=len(rest))
+    at = rest.rfind("@", 0, head_end)
+    pairs = []
+    userinfo = rest[:at] if at != -1 else ""  # (as redact_url reads it)
+    user, colon, _ = userinfo.partition(":")
+    if colon:
+        pairs.append((f"//{user}:{MASK}@", f"//{userinfo}@"))
+    for pair in re.split("[&?#]", rest[head_end:]):
+        name, eq, value = pair.partition("=")
+        if eq and secret_query_name(name) and value != MASK:
+            pairs.append((f"{name}={MASK}", pair))
+    return pairs
+
+
+def unmask(text: str, pairs: list[tuple[str, str]]) -> str:
+    """``text`` with the credentials :func:`secret_parts` found put back where masked."""
+    if MASK not in text:
+        return text
+    for masked, real in pairs:
+        text = text.replace(masked, real)
+    return text

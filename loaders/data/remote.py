@@ -21,6 +21,7 @@ import posixpath
 import re
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
@@ -326,8 +327,9 @@ def _http_walk(fs, url: str) -> list[str]:
     return sorted(found)
 
 
-def sizes(urls: list[str]) -> list[int]:
-    """Each object's size (HTTP: a HEAD each, in parallel); 0 where the server would not say."""
+def sizes(urls: list[str], progress: Callable[[int], None] | None = None) -> list[int]:
+    """Each object's size (HTTP: a HEAD each, in parallel); 0 where the server would not say.
+    ``progress(done)`` after each (100 k shards take a while)."""
     if not urls:
         return []
     fs = filesystem(urls[0])
@@ -342,8 +344,13 @@ def sizes(urls: list[str]) -> list[int]:
                 raise unreachable from None
             return 0
 
+    out: list[int] = []
     with ThreadPoolExecutor(max_workers=16) as pool:
-        return list(pool.map(size, urls))
+        for n in pool.map(size, urls):  # in order, as each is done
+            out.append(n)
+            if progress is not None:
+                progress(len(out))
+    return out
 
 
 def _listing_error(url: str, e: Exception) -> LoaderError:

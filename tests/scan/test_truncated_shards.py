@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -20,12 +21,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def cutting_http(root: Path):
+def cutting_http(root: Path, cut: threading.Event | None = None):
     """A real web server over ``root`` that announces each file's full length but sends only
-    its first half, then closes the connection."""
+    its first half, then closes the connection (once ``cut`` is set, if given)."""
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def copyfile(self, source, outputfile):
+            if cut is not None and not cut.is_set():
+                return super().copyfile(source, outputfile)
             data = source.read()
             outputfile.write(data[: len(data) // 2])
             outputfile.flush()
@@ -63,3 +66,67 @@ def test_shards_cut_short_fail_the_scan_and_say_how_much_arrived(dataset, tmp_pa
     assert set(errors) == set(sent)
     for key, message in errors.items():
         assert message.startswith(f"truncated or corrupt shard after {sent[key]} bytes ("), message
+    # the failed shards are named in the terminal and the reports, not only counted
+    assert sorted(m["failed_names"]) == sorted(sent)
+    line = next(ln for ln in proc.stdout.splitlines() if "failed files:" in ln)
+    assert "4 shards failed before the end (cut short or corrupt; 1 consumer, cold" in line
+    assert all(name.rsplit("/", 1)[1] in proc.stdout for name in sent)
+    _reports_name_them_escaped(result, tmp_path)
+
+
+FORGED = "x.tar\nverdict: forged <img src=x onerror=alert(1)>"
+
+
+def _reports_name_them_escaped(result: dict, tmp_path: Path) -> None:
+    """`feedbench report` of the same file shows the failed shards in the terminal, the HTML
+    and the Markdown, a name from the data escaped as every other name is."""
+    result["measurements"][0]["failed_names"][0] = FORGED
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(result))
+    md, html = tmp_path / "r.md", tmp_path / "r.html"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "feedbench", "report", str(forged), "--md", str(md),
+         "--html", str(html)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    others = result["measurements"][0]["failed_names"][1:]
+    for where, text in (("terminal", proc.stdout), ("md", md.read_text()),
+                        ("html", html.read_text())):  # fmt: skip
+        assert "4 shards failed before the end (cut short or corrupt" in text, where
+        assert all(name in text for name in others), where
+        assert "\nverdict: forged" not in text, where  # no line of its own
+        assert where == "terminal" or "<img src=x" not in text, where  # no HTML from a name
+    assert "x.tar\\nverdict: forged <img src=x" in proc.stdout  # one line, shown as written
+    assert "nverdict: forged &lt;img src=x" in md.read_text()  # (its backslash escaped too)
+
+
+@pytest.mark.slow  # a real scan in a subprocess: ~10 s on 2 busy cores
+def test_an_index_states_the_samples_expected_and_counts_those_lost(dataset, tmp_path):
+    """With the shards' index (listed while they were served whole) the scan states the samples
+    it expects up front, and counts what each cut shard lost after its error as failed."""
+    from loaders import open_index
+
+    index, out = tmp_path / "shards.npz", tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cut = threading.Event()
+    with cutting_http(dataset / "shards", cut) as url:
+        target = f"{url}/shard-0000{{0..3}}.tar"
+        open_index(target).save(index)
+        cut.set()
+        proc = subprocess.run(
+            [sys.executable, "-m", "feedbench", "scan", target, "--stages", "read",
+             "--batch-size", "2", "--index", str(index), "--json", str(out), "--no-plots"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    assert result["dataset"]["samples"] == 24  # 4 shards of 6, by the index
+    (m,) = result["measurements"]
+    arrived = m["samples"] + m["errors"] - m["failed_files"]
+    assert m["failed_files"] == 4 and 0 < arrived < 24
+    assert m["lost_samples"] == 24 - arrived
+    said = f"24 samples expected, {arrived} arrived: {24 - arrived} lost in 4 shards cut short"
+    assert m["failed"] == f"{24 - m['samples']} of 24 samples failed ({said} or corrupt)"
+    assert said in proc.stdout.replace("\n", " ")
