@@ -85,10 +85,10 @@ class LoaderBase:
 
     Subclasses implement :meth:`_epoch_batches` (yield the batches of one epoch, from a resume
     point if given) and set ``samples_per_rank``. ``iter()`` uses the epoch given to
-    :meth:`set_epoch`, else the one after the last epoch COMPLETED, so forgetting ``set_epoch``
-    does not repeat an order, and a pass left before its end (a peek, ``next(iter(loader))``,
-    or a ``break``) uses up no epoch: the next ``iter()`` starts that epoch over, as a
-    DataLoader with a DistributedSampler would.
+    :meth:`set_epoch`, else the one after the last epoch COMPLETED (its last batch handed out),
+    so forgetting ``set_epoch`` does not repeat an order, and a pass left before its end (a
+    peek, ``next(iter(loader))``, or a ``break``) uses up no epoch: the next ``iter()`` starts
+    that epoch over, as a DataLoader with a DistributedSampler would.
 
     What scripts written for a DataLoader read: ``sampler`` (``set_epoch``, ``len()``),
     ``dataset`` (``len()``, ``classes``, ``class_to_idx``), ``batch_size``, ``num_workers``,
@@ -216,13 +216,16 @@ class LoaderBase:
         # skipped batches are full ones: only an epoch's last batch may be smaller
         done = point.batches * self.batch_size
         self._position = {"point": point, "batches": point.batches, "samples": done}
+        last = self._part_length(point)
         for images, labels, keys in self._epoch_batches(epoch, start):
             # counted before the caller gets the batch: a state taken now includes it
             self._position["batches"] += 1
             self._position["samples"] += len(labels)
+            if self._position["batches"] >= last and not self._epoch_chosen:
+                self._next_epoch = epoch + 1  # its last batch: the epoch is used up
             yield (images, labels, keys) if self.return_keys else (images, labels)
         self._position = None
-        if not self._epoch_chosen:  # a completed pass: the next one is the next epoch
+        if not self._epoch_chosen:  # (an epoch of no batches)
             self._next_epoch = epoch + 1
 
     # --- resumption ---------------------------------------------------------------------------

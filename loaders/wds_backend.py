@@ -437,10 +437,8 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         if self.train:
             return self.samples_per_rank
         per_shard, world = self.dataset.per_shard, self.info.world_size
-        return max(
-            int(per_shard[split_by_node(range(len(per_shard)), r, world)].sum())
-            for r in range(world)
-        )
+        rank_of = np.arange(len(per_shard)) % world  # split_by_node: shard s goes to s mod W
+        return int(np.bincount(rank_of, weights=per_shard, minlength=world).max())
 
     def _backend_state(self) -> dict:
         # the order depends on them: the split over workers and the shuffle buffer
