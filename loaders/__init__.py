@@ -3,7 +3,9 @@
 ``build_loader(source, backend, batch_size, ...)`` returns an iterable of ``(images, labels)``:
 images ``B×3×H×W`` normalised (ImageNet mean/std) on this rank's GPU when there is one, else on the
 CPU; in training the same ``len()`` on every rank and a new order every epoch (``set_epoch``, or
-automatically); with ``train=False`` every sample exactly once over the ranks (exact evaluation).
+automatically after a completed pass: a peek uses up no epoch); with ``train=False`` every sample
+exactly once over the ranks (exact evaluation). What scripts read from a DataLoader is there too:
+``loader.sampler.set_epoch``, ``len(loader.dataset)``, ``dataset.classes``, … (docs/dropin.md).
 ``loader.state_dict()`` / ``load_state_dict()`` resume an epoch midway. Sources: a local image
 tree or shards, or (torch, wds) an ``s3://`` or ``http(s)://`` URL (:mod:`loaders.data.remote`).
 Backends: ``"torch"`` (tuned DataLoader, :mod:`loaders.torch_backend`), ``"dali"`` (NVIDIA DALI,

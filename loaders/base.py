@@ -29,6 +29,7 @@ import torch
 
 from loaders.data import SampleIndex, Skipped
 from loaders.dist import DistInfo, eval_indices
+from loaders.dropin import EpochSampler
 from loaders.resume import STATE_FORMAT, ResumePoint, check_state
 from loaders.transforms import BatchOutput, Normalize, TransformSpec
 
@@ -84,14 +85,21 @@ class LoaderBase:
 
     Subclasses implement :meth:`_epoch_batches` (yield the batches of one epoch, from a resume
     point if given) and set ``samples_per_rank``. ``iter()`` uses the epoch given to
-    :meth:`set_epoch`, else the one after the last epoch iterated, so forgetting ``set_epoch``
-    does not repeat an order.
+    :meth:`set_epoch`, else the one after the last epoch COMPLETED (its last batch handed out),
+    so forgetting ``set_epoch`` does not repeat an order, and a pass left before its end (a
+    peek, ``next(iter(loader))``, or a ``break``) uses up no epoch: the next ``iter()`` starts
+    that epoch over, as a DataLoader with a DistributedSampler would.
+
+    What scripts written for a DataLoader read: ``sampler`` (``set_epoch``, ``len()``),
+    ``dataset`` (``len()``, ``classes``, ``class_to_idx``), ``batch_size``, ``num_workers``,
+    ``drop_last`` (:mod:`loaders.dropin`).
     """
 
     chosen_by: str | None = None  # backend="auto": the backend picked and why (build_loader)
 
     backend = "base"
     can_reshard = False  # whether an epoch can resume on another world size
+    workers = 0  # DataLoader worker processes (torch, wds) or DALI CPU threads
 
     def __init__(
         self,
@@ -130,6 +138,7 @@ class LoaderBase:
             self.samples_per_rank = len(eval_indices(len(index), info.rank, info.world_size))
         self.epoch = -1  # the epoch being (or last) iterated
         self._next_epoch = 0
+        self._epoch_chosen = False  # set_epoch (or a loaded state) since the last iter()
         self._resume: ResumePoint | None = None  # from load_state_dict, for the next iteration
         # the epoch being iterated: where it started and the batches and samples handed out
         self._position: dict | None = None
@@ -158,6 +167,28 @@ class LoaderBase:
         with self._lock:
             return list(self._skipped)
 
+    @property
+    def sampler(self) -> EpochSampler:
+        """DistributedSampler's surface (``set_epoch``, ``len()``): :class:`EpochSampler`."""
+        return EpochSampler(self)
+
+    @property
+    def num_workers(self) -> int:
+        """Worker processes (torch, wds) or DALI CPU threads, as DataLoader's ``num_workers``."""
+        return self.workers
+
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the next ``iter()`` starts (or resumes)."""
+        return self._next_epoch
+
+    def dealt_per_rank(self) -> int:
+        """``len(loader.sampler)``: the samples of this rank's epoch in training; in evaluation
+        the most any rank holds (see :class:`loaders.dropin.EpochSampler`)."""
+        if self.train:
+            return self.samples_per_rank
+        return math.ceil(len(self.index) / self.info.world_size)
+
     def __len__(self) -> int:
         if self.drop_last:
             return self.samples_per_rank // self.batch_size
@@ -171,12 +202,13 @@ class LoaderBase:
         if epoch < 0:
             raise ValueError(f"epoch must be ≥ 0, got {epoch}")
         self._next_epoch = int(epoch)
+        self._epoch_chosen = True
         if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, ...]]:
         epoch = self._next_epoch
-        self._next_epoch = epoch + 1
+        self._epoch_chosen = False
         self.epoch = epoch
         start = self._resume if self._resume is not None and self._resume.epoch == epoch else None
         self._resume = None
@@ -184,12 +216,17 @@ class LoaderBase:
         # skipped batches are full ones: only an epoch's last batch may be smaller
         done = point.batches * self.batch_size
         self._position = {"point": point, "batches": point.batches, "samples": done}
+        last = self._part_length(point)
         for images, labels, keys in self._epoch_batches(epoch, start):
             # counted before the caller gets the batch: a state taken now includes it
             self._position["batches"] += 1
             self._position["samples"] += len(labels)
+            if self._position["batches"] >= last and not self._epoch_chosen:
+                self._next_epoch = epoch + 1  # its last batch: the epoch is used up
             yield (images, labels, keys) if self.return_keys else (images, labels)
         self._position = None
+        if not self._epoch_chosen:  # (an epoch of no batches)
+            self._next_epoch = epoch + 1
 
     # --- resumption ---------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -251,6 +288,7 @@ class LoaderBase:
             raise ValueError(f"the {self.backend} backend cannot resume a resharded epoch")
         self._resume = ResumePoint(state["epoch"], batches, earlier, self._extra_state(state))
         self._next_epoch = state["epoch"]
+        self._epoch_chosen = True
 
     def _state_identity(self) -> dict:
         return {

@@ -50,7 +50,9 @@ next one, as a training step does.
 Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch rebuilds
 the pipeline seeded by ``(seed, e)``: the order is then a pure function of ``(seed, e, rank)``, but
 not the one an uninterrupted run had in epoch e (DALI's order runs on across epochs): to resume a
-run as it was, use the state (RESUMPTION above).
+run as it was, use the state (RESUMPTION above). An epoch left before its end (a peek, a ``break``)
+is started over by the next ``iter()`` (:class:`loaders.base.LoaderBase`) from the checkpoint taken
+at its start: the same order as if it had not been left.
 
 Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
 it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
@@ -73,6 +75,7 @@ from loaders.base import LoaderBase
 from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
+from loaders.dropin import SourceView
 from loaders.errors import LoaderError, require_dali
 from loaders.option_values import check_values
 from loaders.pacing import LEAD_MS, Pacer
@@ -223,10 +226,12 @@ class DaliLoader(LoaderBase):
         # on the host: the batch's keys arrive there, and indexing a GPU table with host indices
         # would copy them synchronously (a wait for the training stream every batch)
         self._class_of = torch.from_numpy(np.array(index.labels))  # (a saved index: read-only)
+        self.dataset = SourceView(index)  # len(), classes: what scripts read (loaders.dropin)
         self._iterator = None
         self._dali_epoch = 0  # the epoch DALI's reader will produce next
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
         self._left: dict | None = None  # the pipeline's state when an epoch was left midway
+        self._epoch_start: dict | None = None  # its state at the start of the epoch begun last
 
     # --- the pipeline -------------------------------------------------------------------------
     def _build(self, epoch: int, checkpoint: bytes | None = None) -> None:
@@ -407,8 +412,10 @@ class DaliLoader(LoaderBase):
         if not self._restore(epoch, start) and (
             self._iterator is None or epoch != self._dali_epoch or self._midway
         ):
-            self._build(epoch)
+            self._rebuild(epoch)
         assert self._iterator is not None
+        if start is None and (self._epoch_start or {}).get("epoch") != epoch:
+            self._epoch_start = self._checkpoint() if epoch else None  # (epoch 0: a new build)
         remaining = self.samples_per_rank - (start.batches * self.batch_size if start else 0)
         finished = False
         self._midway = True
@@ -434,6 +441,16 @@ class DaliLoader(LoaderBase):
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
                 self._left = self._checkpoint()  # what state_dict reports from now on
                 self._iterator = None
+
+    def _rebuild(self, epoch: int) -> None:
+        """A new pipeline for ``epoch``: from the checkpoint taken at its start if this loader
+        began it before (a peek, a ``break``), so that epoch's order is the one it had;
+        else seeded by ``(seed, epoch)``."""
+        at = self._epoch_start
+        if at is not None and at["epoch"] == epoch and at["checkpoint"] is not None:
+            self._build(epoch, checkpoint=at["checkpoint"])
+        else:
+            self._build(epoch)
 
     # --- resumption ---------------------------------------------------------------------------
     def _checkpoint(self) -> dict:

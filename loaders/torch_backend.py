@@ -43,6 +43,7 @@ from loaders.base import LoaderBase, batch_output, start_workers
 from loaders.data import SampleIndex, Skipped, remote
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import eval_indices, shard_indices
+from loaders.dropin import SourceInfo
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
 
@@ -94,8 +95,9 @@ def _new_uint8(shape: tuple[int, ...], pin: bool) -> torch.Tensor:
     return torch.empty(shape, dtype=torch.uint8, pin_memory=pin)
 
 
-class ImageDataset(Dataset):
-    """Map-style: ``__getitems__((epoch, batch, indices))`` → one decoded uint8 batch."""
+class ImageDataset(SourceInfo, Dataset):
+    """Map-style: ``__getitems__((epoch, batch, indices))`` → one decoded uint8 batch; also
+    ``loader.dataset`` (:class:`loaders.dropin.SourceInfo`)."""
 
     def __init__(
         self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False

@@ -59,6 +59,7 @@ from loaders.base import LoaderBase, batch_output
 from loaders.data import SampleIndex, Skipped, remote, split_member_name
 from loaders.data.tar import iter_shard
 from loaders.decode import CpuDecoder, DecodeError
+from loaders.dropin import SourceInfo
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint
@@ -98,8 +99,9 @@ def worker_quotas(per_shard, order, rank, world_size, num_workers, samples_per_r
     ]
 
 
-class ShardStream(IterableDataset):
-    """Iterable dataset: in each worker, its shards of this epoch as uint8 chunks of one batch."""
+class ShardStream(SourceInfo, IterableDataset):
+    """Iterable dataset: in each worker, its shards of this epoch as uint8 chunks of one batch;
+    also ``loader.dataset`` (:class:`loaders.dropin.SourceInfo`: ``len()`` is the source's)."""
 
     def __init__(
         self,
@@ -429,6 +431,14 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
         yield from DevicePrefetcher(batches, self.device, self.output)
+
+    def dealt_per_rank(self) -> int:
+        """Evaluation: the largest rank's whole shards (training: ``samples_per_rank``)."""
+        if self.train:
+            return self.samples_per_rank
+        per_shard, world = self.dataset.per_shard, self.info.world_size
+        rank_of = np.arange(len(per_shard)) % world  # split_by_node: shard s goes to s mod W
+        return int(np.bincount(rank_of, weights=per_shard, minlength=world).max())
 
     def _backend_state(self) -> dict:
         # the order depends on them: the split over workers and the shuffle buffer
