@@ -77,7 +77,12 @@ class _EpochBatchSampler:
         point = self.start
         while True:
             idx = self.order(point.epoch, point)
-            for b in range(point.batches, self.count(len(idx))):
+            batches = self.count(len(idx))
+            if batches == 0 and not point.earlier:
+                # every whole epoch has as many batches: none ever (a rank with no samples, or
+                # fewer than a batch with drop_last); looking on for one would never return
+                return
+            for b in range(point.batches, batches):
                 yield (point.epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
             point = ResumePoint(point.epoch + 1)
 
@@ -231,6 +236,8 @@ class WorkersAcrossEpochs:
         """The ``count`` items of ``epoch``; ``start()`` tells the sampler or the workers where
         to begin before a (re)started iterator forks them. ``restart``: start over even when
         the running iterator is at the epoch's start (to resume midway)."""
+        if count == 0:  # nothing to take: no iterator (nor workers) to start
+            return
         if restart or self._iter is None or self._ready_epoch != epoch:
             start()
             with started_on(self._loader_cpus):  # the workers and the pin-memory thread

@@ -317,6 +317,22 @@ def _take(pending, n: int, pin: bool):
     return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
 
 
+def _too_few_shards(shards: int, world_size: int, workers: int) -> str:
+    """Why ``shards`` cannot feed the ranks' workers, and the fix that does: fewer workers only
+    where every rank has a shard (a rank without one has nothing to read, or to repeat)."""
+    readers = world_size * max(1, workers)
+    why = f"{shards} shards cannot feed {world_size} ranks × {max(1, workers)} workers"
+    if shards < world_size:
+        return (
+            f"{why}: every rank needs at least one whole shard (reshard into ≥ {world_size} "
+            f"shards, run ≤ {shards} ranks, or use backend='torch', which splits by sample)"
+        )
+    return (
+        f"{why}: every worker needs at least one shard (use ≤ {shards // world_size} workers, "
+        f"or reshard into ≥ {readers} shards)"
+    )
+
+
 class WdsLoader(WorkersAcrossEpochs, LoaderBase):
     """WebDataset backend; see the module docstring for the split and the padding rule."""
 
@@ -350,12 +366,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         per_shard = index.samples_per_shard()
         readers = info.world_size * max(1, workers)
         if len(index.shards) < readers:
-            raise LoaderError(
-                f"{len(index.shards)} shards cannot feed {info.world_size} ranks × "
-                f"{max(1, workers)} workers: every worker needs at least one shard "
-                f"(use ≤ {max(1, len(index.shards) // info.world_size)} workers, "
-                f"or reshard into ≥ {readers} shards)"
-            )
+            raise LoaderError(_too_few_shards(len(index.shards), info.world_size, workers))
         if self.train:
             self.samples_per_rank = fixed_samples_per_rank(per_shard, info.world_size)
         else:  # evaluation: this rank's whole shards, each sample once, no padding
