@@ -33,7 +33,9 @@ shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as
 Evaluation (``train=False``): no shuffle, the tree's files in index order, and every rank always
 reads its own shard (``stick_to_shard``): DALI's contiguous split is
 :func:`loaders.dist.eval_indices`, and the trimming above stops at the rank's own sample count, so
-every sample is yielded exactly once and nothing is repeated.
+every sample is yielded exactly once and nothing is repeated (``even_batches=True``: the trimming
+stops at ``ceil(N/W)`` instead, the shorter shards' last sample repeated once and marked).
+DALI needs at least one sample per rank: fewer is a :class:`LoaderError` on every rank.
 
 RESUMPTION: the pipeline is built with DALI's checkpointing, and :meth:`state_dict` carries the
 checkpoint DALI's iterator gives for the batches it has returned; a loader given that state rebuilds

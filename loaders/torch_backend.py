@@ -4,7 +4,8 @@
   main process, so persistent workers see it): every rank gets ``ceil(N / W)`` indices of a
   permutation seeded by ``seed + epoch``; the ``W·ceil(N/W) − N`` padding samples repeat the start
   of that permutation. Evaluation (``train=False``): the contiguous range
-  :func:`loaders.dist.eval_indices`, no padding.
+  :func:`loaders.dist.eval_indices`, no padding (``even_batches=True``: then the first samples
+  again, up to ``ceil(N / W)``, marked as repeats by their position).
 * Resumption (:meth:`LoaderBase.state_dict`): a resumed epoch starts at the batch it stopped at,
   with the same batch numbers (so the same augmentations); on another world size the samples not
   yet seen are dealt to the new ranks (:mod:`loaders.resume`).
@@ -277,6 +278,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.can_reshard = not self.even_batches  # its repeats are marked by position alone
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
@@ -303,7 +305,11 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         if not point.earlier:
             if self.train:
                 return shard_indices(n, rank, world, seed=self.seed, epoch=epoch)
-            return eval_indices(n, rank, world)
+            own = eval_indices(n, rank, world)
+            if not self.even_batches:
+                return own
+            # even evaluation: repeats of the first samples after the rank's own (base.py)
+            return np.concatenate([own, np.arange(self.samples_per_rank - len(own)) % n])
         # the epoch's whole order: DistributedSampler's permutation does not depend on the world
         order = shard_indices(n, 0, 1, seed=self.seed, epoch=epoch) if self.train else np.arange(n)
         return resumed_indices(order, point, rank, world, self.batch_size, self.train)
