@@ -19,8 +19,8 @@ Even evaluation (``train=False, even_batches=True``), for an evaluation loop tha
 collective per step (Accelerate's ``gather_for_metrics``, an ``all_gather`` of each batch's
 predictions): every rank yields the same number of batches of the same sizes, padded to the
 most samples any rank reads with repeats, and each batch carries a last element ``valid``, a
-bool tensor, False on the repeats: count only what is valid and the metrics stay exact.
-docs/eval-and-small-data.md.
+bool tensor, False on the repeats: count only what is valid and the metrics stay exact
+(docs/eval-and-small-data.md).
 
 Resumption: :meth:`LoaderBase.state_dict` and :meth:`LoaderBase.load_state_dict`
 (:mod:`loaders.resume`).
