@@ -47,10 +47,10 @@ def _small_child(roots: dict, combos: list) -> None:
             ranks = []
             for rank in range(WORLD):
                 kw = dict(train=train, even_batches=even, drop_last=drop, rank=rank)
+                kw.update(world_size=WORLD, image_size=8, device="cpu", return_keys=True)
                 if backend != "dali":  # a worker process: where the torch backend hung
                     kw.update(workers=1, multiprocessing_context="fork")
                 try:
-                    kw.update(world_size=WORLD, image_size=8, device="cpu", return_keys=True)
                     loader = build_loader(roots[kind], backend, BATCH, **kw)
                     got = [[b[2].tolist(), b[3].tolist() if even else None] for b in loader]
                     ranks.append({"len": len(loader), "batches": got})
