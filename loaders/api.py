@@ -173,6 +173,7 @@ def build_loader(
     dtype: str | torch.dtype = "float32",
     channels_last: bool = False,
     drop_last: bool = False,
+    even_batches: bool = False,
     return_keys: bool = False,
     source_format: str = "auto",
     crop_scale: tuple[float, float] = (0.08, 1.0),
@@ -239,7 +240,12 @@ def build_loader(
 
     ``train=False`` is exact evaluation: every sample once over all ranks, no padding, no shuffle,
     resize and center crop; lengths may then differ between ranks by a sample (wds: by what their
-    whole shards hold), which is safe without a collective per step (see :mod:`loaders.base`).
+    whole shards hold), which is safe without a collective per step (see :mod:`loaders.base`);
+    a rank may have no batches (fewer samples than ranks). ``even_batches=True`` (with
+    ``train=False``) makes every rank yield the same number of batches of the same sizes, for an
+    evaluation loop with a collective per step (Accelerate's ``gather_for_metrics``): padded with
+    repeats, each batch then ends with ``valid``, a bool tensor that is False on the repeats
+    (docs/eval-and-small-data.md).
     Resumption: :meth:`LoaderBase.state_dict` (torch: also on another world size midway through
     an epoch; wds and dali: on the same world size, or from an epoch's start).
     """
@@ -261,6 +267,7 @@ def build_loader(
         dtype=resolve_dtype(dtype),
         channels_last=channels_last,
         drop_last=drop_last,
+        even_batches=even_batches,
         return_keys=return_keys,
         transform=TransformSpec(crop_scale, crop_ratio, flip, mean, std, resize_size),
     )

@@ -12,7 +12,15 @@ The evaluation rule (``train=False``): every sample exactly once over all ranks,
 shuffling; rank ``r`` reads the contiguous range :func:`loaders.dist.eval_indices` (``floor`` or
 ``ceil`` of ``N / W`` samples; the wds backend: its whole shards, so ranks may differ by more).
 Lengths then differ between ranks, which is safe because evaluation runs no collective per step:
-gather the metrics once at the end (sums and counts through ``all_reduce``).
+gather the metrics once at the end (sums and counts through ``all_reduce``). A rank may then
+have no samples at all (fewer samples than ranks): it yields no batches.
+
+Even evaluation (``train=False, even_batches=True``), for an evaluation loop that runs a
+collective per step (Accelerate's ``gather_for_metrics``, an ``all_gather`` of each batch's
+predictions): every rank yields the same number of batches of the same sizes, padded to the
+most samples any rank reads with repeats, and each batch carries a last element ``valid``, a
+bool tensor, False on the repeats: count only what is valid and the metrics stay exact
+(docs/eval-and-small-data.md).
 
 Resumption: :meth:`LoaderBase.state_dict` and :meth:`LoaderBase.load_state_dict`
 (:mod:`loaders.resume`).
@@ -116,9 +124,15 @@ class LoaderBase:
         drop_last: bool,
         return_keys: bool,
         transform: TransformSpec | None = None,
+        even_batches: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch size must be at least 1, got {batch_size}")
+        if even_batches and train:
+            raise ValueError(
+                "even_batches is for evaluation (train=False): training batches are always "
+                "even (padded as DistributedSampler pads)"
+            )
         self.index = index
         self.info = info
         self.batch_size = batch_size
@@ -132,10 +146,13 @@ class LoaderBase:
         self.return_keys = return_keys
         self.transform = transform or TransformSpec()
         self.transform.eval_resize(image_size)  # a resize smaller than the output is refused
-        if train:
+        self.even_batches = even_batches
+        # evaluation: this rank's own samples (the rest of samples_per_rank, if any, are repeats)
+        self.eval_samples = len(eval_indices(len(index), info.rank, info.world_size))
+        if train or even_batches:
             self.samples_per_rank = math.ceil(len(index) / info.world_size)
         else:
-            self.samples_per_rank = len(eval_indices(len(index), info.rank, info.world_size))
+            self.samples_per_rank = self.eval_samples
         self.epoch = -1  # the epoch being (or last) iterated
         self._next_epoch = 0
         self._epoch_chosen = False  # set_epoch (or a loaded state) since the last iter()
@@ -156,8 +173,8 @@ class LoaderBase:
     @property
     def padding_per_epoch(self) -> int:
         """Repeated samples per epoch over all ranks: ``world · samples_per_rank − N`` (none in
-        evaluation)."""
-        if not self.train:
+        exact evaluation)."""
+        if not self.train and not self.even_batches:
             return 0
         return self.info.world_size * self.samples_per_rank - len(self.index)
 
@@ -185,7 +202,7 @@ class LoaderBase:
     def dealt_per_rank(self) -> int:
         """``len(loader.sampler)``: the samples of this rank's epoch in training; in evaluation
         the most any rank holds (see :class:`loaders.dropin.EpochSampler`)."""
-        if self.train:
+        if self.train or self.even_batches:
             return self.samples_per_rank
         return math.ceil(len(self.index) / self.info.world_size)
 
@@ -218,15 +235,27 @@ class LoaderBase:
         self._position = {"point": point, "batches": point.batches, "samples": done}
         last = self._part_length(point)
         for images, labels, keys in self._epoch_batches(epoch, start):
+            out: tuple[torch.Tensor, ...] = (images, labels)
+            if self.even_batches:
+                keys, valid = self._mark_repeats(keys, self._position["samples"], len(labels))
+            if self.return_keys:
+                out += (keys,)
+            if self.even_batches:
+                out += (valid.to(labels.device, non_blocking=True),)
             # counted before the caller gets the batch: a state taken now includes it
             self._position["batches"] += 1
             self._position["samples"] += len(labels)
             if self._position["batches"] >= last and not self._epoch_chosen:
                 self._next_epoch = epoch + 1  # its last batch: the epoch is used up
-            yield (images, labels, keys) if self.return_keys else (images, labels)
+            yield out
         self._position = None
         if not self._epoch_chosen:  # (an epoch of no batches)
             self._next_epoch = epoch + 1
+
+    def _mark_repeats(self, keys: torch.Tensor, done: int, n: int):
+        """(keys, valid) of a batch of even evaluation whose first sample is this rank's
+        ``done``-th of the epoch: the repeats come after the rank's own ``eval_samples``."""
+        return keys, torch.arange(done, done + n) < self.eval_samples
 
     # --- resumption ---------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -33,7 +33,9 @@ shorter one. That is ``W·ceil(N/W) − N`` repeats per epoch, the same count as
 Evaluation (``train=False``): no shuffle, the tree's files in index order, and every rank always
 reads its own shard (``stick_to_shard``): DALI's contiguous split is
 :func:`loaders.dist.eval_indices`, and the trimming above stops at the rank's own sample count, so
-every sample is yielded exactly once and nothing is repeated.
+every sample is yielded exactly once and nothing is repeated (``even_batches=True``: the trimming
+stops at ``ceil(N/W)`` instead, the shorter shards' last sample repeated once and marked).
+DALI needs at least one sample per rank: fewer is a :class:`LoaderError` on every rank.
 
 RESUMPTION: the pipeline is built with DALI's checkpointing, and :meth:`state_dict` carries the
 checkpoint DALI's iterator gives for the batches it has returned; a loader given that state rebuilds
@@ -151,6 +153,18 @@ def parse_labels(digits: torch.Tensor) -> torch.Tensor:
     return (d.clamp(min=0) * run * torch.pow(10, power)).sum(dim=1)
 
 
+def dali_reason(text: str) -> str:
+    """DALI's own reason in its multi-line error: the line after ``encountered:`` (without its
+    ``Assert on "…" failed:`` prefix), else the first line that names an error."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    after = [b for a, b in zip(lines, lines[1:], strict=False) if a == "encountered:"]
+    if after:
+        return re.sub(r'^Assert on ".*?" failed:\s*', "", after[0])
+    return next(
+        (ln for ln in lines if "failure" in ln or "rror" in ln[:40]), lines[-1] if lines else ""
+    )
+
+
 class DaliLoader(LoaderBase):
     """NVIDIA DALI backend; see the module docstring for the pipeline and the length rule."""
 
@@ -182,6 +196,13 @@ class DaliLoader(LoaderBase):
                 "mount the store"
             )
         super().__init__(index, info, batch_size, **common)
+        if len(index) < info.world_size:  # on every rank, before a pipeline: one clear error
+            raise LoaderError(
+                f"{len(index)} samples cannot be split over {info.world_size} ranks by DALI: its "
+                "readers need at least one sample per shard (rank); run ≤ "
+                f"{len(index)} ranks, or use backend='torch', which pads training and gives "
+                "a rank without samples no evaluation batches"
+            )
         if dali_augment is not None and not callable(dali_augment):
             raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
         self.dali_augment = dali_augment
@@ -564,11 +585,7 @@ class DaliLoader(LoaderBase):
                 f"cannot decode {where}: {why} (the DALI backend stops on undecodable images: "
                 "remove or replace the file)"
             )
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        detail = next(
-            (ln for ln in lines if "failure" in ln or "rror" in ln[:40]), lines[-1] if lines else ""
-        )
-        return LoaderError(f"DALI pipeline failed on rank {self.info.rank}: {detail}")
+        return LoaderError(f"DALI pipeline failed on rank {self.info.rank}: {dali_reason(text)}")
 
     def find_undecodable(self, threads: int | None = None) -> tuple[str, str] | None:
         """The first sample (in listing order) that the CPU decoder cannot decode, and why."""

@@ -4,7 +4,8 @@
   main process, so persistent workers see it): every rank gets ``ceil(N / W)`` indices of a
   permutation seeded by ``seed + epoch``; the ``W·ceil(N/W) − N`` padding samples repeat the start
   of that permutation. Evaluation (``train=False``): the contiguous range
-  :func:`loaders.dist.eval_indices`, no padding.
+  :func:`loaders.dist.eval_indices`, no padding (``even_batches=True``: then the first samples
+  again, up to ``ceil(N / W)``, marked as repeats by their position).
 * Resumption (:meth:`LoaderBase.state_dict`): a resumed epoch starts at the batch it stopped at,
   with the same batch numbers (so the same augmentations); on another world size the samples not
   yet seen are dealt to the new ranks (:mod:`loaders.resume`).
@@ -78,7 +79,12 @@ class _EpochBatchSampler:
         point = self.start
         while True:
             idx = self.order(point.epoch, point)
-            for b in range(point.batches, self.count(len(idx))):
+            batches = self.count(len(idx))
+            if batches == 0 and not point.earlier:
+                # every whole epoch has as many batches: none ever (a rank with no samples, or
+                # fewer than a batch with drop_last); looking on for one would never return
+                return
+            for b in range(point.batches, batches):
                 yield (point.epoch, b, idx[b * self.batch_size : (b + 1) * self.batch_size])
             point = ResumePoint(point.epoch + 1)
 
@@ -233,6 +239,8 @@ class WorkersAcrossEpochs:
         """The ``count`` items of ``epoch``; ``start()`` tells the sampler or the workers where
         to begin before a (re)started iterator forks them. ``restart``: start over even when
         the running iterator is at the epoch's start (to resume midway)."""
+        if count == 0:  # nothing to take: no iterator (nor workers) to start
+            return
         if restart or self._iter is None or self._ready_epoch != epoch:
             start()
             with started_on(self._loader_cpus):  # the workers and the pin-memory thread
@@ -272,6 +280,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
+        self.can_reshard = not self.even_batches  # its repeats are marked by position alone
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
@@ -298,7 +307,11 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         if not point.earlier:
             if self.train:
                 return shard_indices(n, rank, world, seed=self.seed, epoch=epoch)
-            return eval_indices(n, rank, world)
+            own = eval_indices(n, rank, world)
+            if not self.even_batches:
+                return own
+            # even evaluation: repeats of the first samples after the rank's own (base.py)
+            return np.concatenate([own, np.arange(self.samples_per_rank - len(own)) % n])
         # the epoch's whole order: DistributedSampler's permutation does not depend on the world
         order = shard_indices(n, 0, 1, seed=self.seed, epoch=epoch) if self.train else np.arange(n)
         return resumed_indices(order, point, rank, world, self.batch_size, self.train)

@@ -33,7 +33,9 @@ epoch, after an epoch left midway, or on ``set_epoch`` to other than the next ep
 Evaluation (``train=False``): shards in their listed order, rank ``r`` takes ``[r::W]`` and reads
 each sample once, with no padding: ranks yield what their shards hold, so with shards of unequal
 size or a count not divisible by ``W`` they differ by up to a shard or more (whole shards cannot
-be split exactly). Resumption midway through an epoch replays the epoch's reads up to the point
+be split exactly); with ``even_batches=True`` every rank reads as many as the rank with the most
+(its workers repeat their shards, each repeat's key marked until the main process turns it into
+``valid``). Resumption midway through an epoch replays the epoch's reads up to the point
 the state was taken without decoding (the batches made are exactly the uninterrupted run's:
 rebatching depends only on chunk sizes), on the same world size and worker count; a sample that
 failed to decode in the skipped part would shift the rest (training replaces it with the next).
@@ -116,8 +118,10 @@ class ShardStream(SourceInfo, IterableDataset):
         shuffle: bool,
         shuffle_buffer: int,
         pin: bool,
+        mark_repeats: bool = False,
     ) -> None:
         self.index = index
+        self.mark_repeats = mark_repeats
         self.decoder = decoder
         self.rank = rank
         self.world_size = world_size
@@ -237,6 +241,7 @@ class ShardStream(SourceInfo, IterableDataset):
         size = self.decoder.size
         plan = self._plan(epoch, num_workers)
         shards, quota = plan[worker]
+        own = int(self.per_shard[shards].sum()) if len(shards) else 0  # then repeats
         chunks = self._chunks_in(plan)
         if chunks == 0:
             raise LoaderError("no samples to read: every worker's quota is empty")
@@ -248,22 +253,24 @@ class ShardStream(SourceInfo, IterableDataset):
             fake = sent * num_workers + worker < skip
             # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
             rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
-            images, keys, skipped = self._chunk(samples, n, rng, fake)
+            images, keys, skipped = self._chunk(samples, n, rng, fake, own - done)
             skipped += read_errors
             read_errors.clear()
             done += n
             sent += 1
-            labels = torch.from_numpy(self.index.labels[keys])
+            labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
             yield images, labels, torch.from_numpy(keys), skipped, epoch
         for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
             none = torch.empty(0, dtype=torch.int64)
             yield torch.empty((0, size, size, 3), dtype=torch.uint8), none, none, [], epoch
 
-    def _chunk(self, samples, n: int, rng, fake: bool):
+    def _chunk(self, samples, n: int, rng, fake: bool, repeats_from: int):
         """``n`` samples decoded into one uint8 chunk (``fake``: read, left undecoded).
 
         Training replaces a sample that fails to decode with the next one (counts stay exact);
-        evaluation leaves it out (every sample at most once), so the chunk is smaller."""
+        evaluation leaves it out (every sample at most once), so the chunk is smaller. Even
+        evaluation (``mark_repeats``): the key of the ``repeats_from``-th read on, a repeat of
+        the worker's own samples, is stored as ``-1 - key`` (:meth:`WdsLoader._mark_repeats`)."""
         size = self.decoder.size
         images = _new_uint8((n, size, size, 3), self.pin)
         out = images.numpy()
@@ -279,7 +286,7 @@ class ShardStream(SourceInfo, IterableDataset):
             except DecodeError as e:
                 skipped.append(Skipped(self.index.describe(i), str(e)))
                 continue
-            keys[got] = i
+            keys[got] = -1 - i if self.mark_repeats and tried > repeats_from else i
             got += 1
         return images[:got], keys[:got], skipped
 
@@ -319,6 +326,22 @@ def _take(pending, n: int, pin: bool):
     return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
 
 
+def _too_few_shards(shards: int, world_size: int, workers: int) -> str:
+    """Why ``shards`` cannot feed the ranks' workers, and the fix that does: fewer workers only
+    where every rank has a shard (a rank without one has nothing to read, or to repeat)."""
+    readers = world_size * max(1, workers)
+    why = f"{shards} shards cannot feed {world_size} ranks × {max(1, workers)} workers"
+    if shards < world_size:
+        return (
+            f"{why}: every rank needs at least one whole shard (reshard into ≥ {world_size} "
+            f"shards, run ≤ {shards} ranks, or use backend='torch', which splits by sample)"
+        )
+    return (
+        f"{why}: every worker needs at least one shard (use ≤ {shards // world_size} workers, "
+        f"or reshard into ≥ {readers} shards)"
+    )
+
+
 class WdsLoader(WorkersAcrossEpochs, LoaderBase):
     """WebDataset backend; see the module docstring for the split and the padding rule."""
 
@@ -352,17 +375,15 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         per_shard = index.samples_per_shard()
         readers = info.world_size * max(1, workers)
         if len(index.shards) < readers:
-            raise LoaderError(
-                f"{len(index.shards)} shards cannot feed {info.world_size} ranks × "
-                f"{max(1, workers)} workers: every worker needs at least one shard "
-                f"(use ≤ {max(1, len(index.shards) // info.world_size)} workers, "
-                f"or reshard into ≥ {readers} shards)"
-            )
+            raise LoaderError(_too_few_shards(len(index.shards), info.world_size, workers))
         if self.train:
             self.samples_per_rank = fixed_samples_per_rank(per_shard, info.world_size)
         else:  # evaluation: this rank's whole shards, each sample once, no padding
             mine = split_by_node(range(len(per_shard)), info.rank, info.world_size)
-            self.samples_per_rank = int(per_shard[mine].sum())
+            self.samples_per_rank = self.eval_samples = int(per_shard[mine].sum())
+            if self.even_batches:  # padded to the most any rank's shards hold (base.py)
+                w = info.world_size
+                self.samples_per_rank = max(int(per_shard[r::w].sum()) for r in range(w))
         self.shuffle_buffer = shuffle_buffer
         self.workers = workers
         pin = self.device.type == "cuda"
@@ -379,6 +400,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             shuffle=self.train,
             shuffle_buffer=max(1, shuffle_buffer // max(1, workers)),
             pin=pin and workers == 0,
+            mark_repeats=self.even_batches,
         )
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
@@ -434,11 +456,17 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
 
     def dealt_per_rank(self) -> int:
         """Evaluation: the largest rank's whole shards (training: ``samples_per_rank``)."""
-        if self.train:
+        if self.train or self.even_batches:
             return self.samples_per_rank
         per_shard, world = self.dataset.per_shard, self.info.world_size
         rank_of = np.arange(len(per_shard)) % world  # split_by_node: shard s goes to s mod W
         return int(np.bincount(rank_of, weights=per_shard, minlength=world).max())
+
+    def _mark_repeats(self, keys: torch.Tensor, done: int, n: int):
+        """A worker repeats its own shards after their samples, so a rank's repeats come
+        between its workers' samples: each is marked in its key (:meth:`ShardStream._chunk`)."""
+        valid = keys >= 0
+        return torch.where(valid, keys, -1 - keys), valid
 
     def _backend_state(self) -> dict:
         # the order depends on them: the split over workers and the shuffle buffer

@@ -1,5 +1,6 @@
 """The scripts in examples/, run as a user runs them: the DDP training script under torchrun
-(2 ranks, gloo on the CPU, our real loaders over real JPEGs), the measuring script on its own."""
+(2 ranks, gloo on the CPU, our real loaders over real JPEGs), the Accelerate and Lightning examples
+(2 ranks each), the measuring script on its own."""
 
 from __future__ import annotations
 
@@ -92,3 +93,44 @@ def test_measure_my_loader_prints_rates_au_and_verdict(dataset):
         assert samples_per_s > 0 and 0 < au_min <= au <= 1
     assert lines[2].startswith("verdict: ") and "measure_my_loader.py:make_loader" in lines[2]
     assert len(lines) == 3
+
+
+def test_accelerate_example_gathers_every_eval_step_and_counts_each_image_once(tmp_path):
+    """2 ranks over 23 images: exact shares of 12 and 11 would give batches of 3 and 4 at the
+    end, which a per-step gather cannot take; even batches and ``valid`` count each image once."""
+    pytest.importorskip("accelerate")
+    from tests.loaders.test_loaders import make_tiny
+
+    tree = make_tiny(tmp_path, n=23, per_shard=23)["tree"]
+    out = _run(
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(EXAMPLES / "accelerate_eval.py"), str(tree), str(tree), "--cpu", "--epochs", "2",
+        "--batch-size", "4", "--image-size", "16", "--workers", "0",
+    )  # fmt: skip
+    got = re.findall(r"epoch (\d) validation: top-1 (\d+\.\d\d)% of (\d+) images", out)
+    assert [(e, n) for e, _, n in got] == [("0", "23"), ("1", "23")], out  # rank 0 prints
+    # top-1 is a whole number of the 23 images (counting a repeat would make it one of 24)
+    assert all(
+        float(top1) * 23 / 100 == pytest.approx(round(float(top1) * 23 / 100), abs=0.01)
+        for _, top1, _ in got
+    )
+
+
+def test_lightning_example_validates_exactly_over_2_ranks(tmp_path):
+    """2 ranks over 23 images, exact validation (12 and 11): Lightning's per-epoch sums count
+    each image once."""
+    pytest.importorskip("lightning")
+    from tests.loaders.test_loaders import make_tiny
+
+    tree = make_tiny(tmp_path, n=23, per_shard=23)["tree"]
+    out = _run(
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+        str(EXAMPLES / "lightning_ddp.py"), str(tree), str(tree), "--cpu", "--epochs", "2",
+        "--batch-size", "4", "--image-size", "16", "--workers", "0",
+    )  # fmt: skip
+    got = re.findall(r"epoch (\d) validation: top-1 (\d+\.\d\d)% of (\d+) images", out)
+    assert [(e, n) for e, _, n in got] == [("0", "23"), ("1", "23")], out  # rank 0 prints
+    assert all(
+        float(top1) * 23 / 100 == pytest.approx(round(float(top1) * 23 / 100), abs=0.01)
+        for _, top1, _ in got
+    )
