@@ -1,0 +1,96 @@
+"""``feedbench plan`` on scans of known curves: the projection, its band, the held-out check,
+the cost per fed accelerator, the figure, and the refusals as one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from feedbench.core import envelope
+from feedbench.project import projection
+from tests.project.scans import scan, usl_rates
+
+COUNTS = [1, 2, 4, 8, 16]
+TRUE = (150.0, 0.05, 0.002)  # λ, σ, κ: the knee at √(0.95 / 0.002) ≈ 21.8
+
+
+def write(tmp_path, result, name="scan.json"):
+    path = tmp_path / name
+    envelope.save(result, path)
+    return str(path)
+
+
+def test_plan_projects_the_knee_with_its_band_and_checks_the_largest_count(cli, tmp_path):
+    src = write(tmp_path, scan(usl_rates(COUNTS, *TRUE, 0.03, seed=1), appetite=100.0))
+    r = cli("plan", src, "--at", "32", "--cost", "64000", "--json", str(tmp_path / "p.json"))
+    assert r.code == 0, r.err
+    p = json.loads((tmp_path / "p.json").read_text())
+    assert p["kind"] == "plan" and p["demand"] == pytest.approx(90.0)  # 100/s at AU 0.9
+    cold = p["passes"][0]
+    assert cold["chosen"] == "usl" and cold["reach"] == 64
+    knee = cold["knee"]
+    assert knee["low"] <= 21.8 <= knee["high"]
+    # fed: N while N × 90 ≤ X(N); the true curve crosses 90·N where X(N)/N = 90, at N ≈ 14.2
+    assert 11 <= cold["fed"]["value"] <= 17 and cold["fed"]["low"] <= cold["fed"]["value"]
+    at = cold["fed_at_target"]
+    assert cold["usd_per_fed"]["value"] == pytest.approx(64000 / at["value"])
+    held = cold["held_out"]
+    assert held["consumers"] == 16 and held["fitted_counts"] == [1, 2, 4, 8]
+    assert held["within"] is True and abs(held["error"]) < 0.1
+    assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in r.out
+    assert "cannot go past one client" in r.out
+    assert (tmp_path / "p.png").exists()
+
+
+def test_the_figure_holds_points_band_demand_and_knee(tmp_path):
+    from feedbench.project.plots import plan_figure
+
+    result = scan(usl_rates(COUNTS, *TRUE, 0.03, seed=2), appetite=100.0)
+    ask = projection.Ask(demand=90.0)
+    env = {"kind": "plan", "created_utc": "", "command": [], "config": {}}
+    plan = projection.plan(result, "s.json", ask, None, env, 100.0, 0.9)
+    ax = plan_figure(plan).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[0] == "95% band" and labels[1] == "fit: USL"
+    assert "demand of N accelerators (90/s each)" in labels
+    assert any(lb.startswith("knee N* ≈ 2") for lb in labels)
+    demand = next(line for line in ax.get_lines() if line.get_label().startswith("demand"))
+    assert demand.get_ydata()[-1] == pytest.approx(64 * 90)
+    assert ax.get_xlim() == (0, 64) and ax.get_ylabel() == "aggregate samples/s"
+
+
+def test_unjudged_counts_are_left_out_and_flagged(cli, tmp_path):
+    rates = usl_rates([*COUNTS, 32], *TRUE, 0.03, seed=3)
+    rates[32] = [10.0, 10.0, 10.0]  # a count no figure may come from
+    marks = [{"consumers": 32, "pass": "cold", "why": "2 measured batches per consumer"}]
+    result = scan(rates, broken=["repeats disagree"], not_judged=marks)
+    for m in result.measurements:
+        if m.consumers == 32:
+            m.failed = "stalled"
+    r = cli("plan", write(tmp_path, result), "--json", str(tmp_path / "p.json"), "--no-plots")
+    assert r.code == 0, r.err
+    assert "flag: 32 consumers not judged (2 measured batches per consumer)" in r.out
+    assert "flag: not valid for sizing: repeats disagree" in r.out
+    p = json.loads((tmp_path / "p.json").read_text())
+    assert "32" not in p["passes"][0]["points"] and p["passes"][0]["reach"] == 64
+
+
+@pytest.mark.parametrize(
+    ("counts", "args", "message"),
+    [
+        ([1, 2, 4], [], r"no projection: cold: 3 judged consumer counts \(1, 2, 4\)"),
+        (COUNTS, ["--at", "65"], r"target 65 is beyond 4× the largest count measured \(16\)"),
+        (COUNTS, ["--cost", "100"], r"--cost needs a demand"),
+        (COUNTS, ["--passes", "warm"], r"has no warm pass \(it has cold\)"),
+        (COUNTS, ["--target-au", "1.5", "--rate", "10"], r"--target-au 1.5"),
+    ],
+)
+def test_refusals_are_one_line(cli, tmp_path, counts, args, message):
+    import re
+
+    src = write(tmp_path, scan(usl_rates(counts, *TRUE, 0.03, seed=4)))
+    r = cli("plan", src, "--json", str(tmp_path / "p.json"), *args)
+    assert r.code == 2, r.out + r.err
+    assert re.search(message, r.err) and len(r.err.strip().splitlines()) == 1, r.err
+    assert "Traceback" not in r.err and not (tmp_path / "p.json").exists()
