@@ -29,7 +29,7 @@ def show_band(b: Band | None, digits: int = 0, unit: str = "") -> str:
 def param(f: FitSummary, k: str) -> str:
     lo, hi = f.intervals[k]
     digits = 0 if k in ("lambda", "per_consumer", "cap") else 4
-    ci = "" if lo != lo else f" [{lo:,.{digits}f}, {hi:,.{digits}f}]"  # nan: no interval
+    ci = "" if lo is None else f" [{num(lo, digits)}, {num(hi, digits)}]"  # None: no interval
     return f"{PARAMS[k]} {f.params[k]:,.{digits}f}{ci}"
 
 
@@ -54,6 +54,12 @@ def knee(p: PassPlan) -> str:
     return f"{show_band(p.knee, 1)} consumers"
 
 
+def ceiling(p: PassPlan) -> str:
+    if p.ceiling is None or p.ceiling.value is None:
+        return "none in sight (the rate keeps rising)"
+    return f"{show_band(p.ceiling)} samples/s"
+
+
 def held_out_line(h: HeldOut | None) -> str:
     if h is None:
         return "held-out check: none"
@@ -69,7 +75,7 @@ def held_out_line(h: HeldOut | None) -> str:
 def projection_lines(p: PassPlan, plan: Plan) -> list[str]:
     lines = [
         f"chosen: {MODELS[p.chosen]} by {p.criterion}",
-        f"knee N*: {knee(p)}; ceiling: {show_band(p.ceiling)} samples/s",
+        f"knee N*: {knee(p)}; ceiling: {ceiling(p)}",
     ]
     if p.fed is not None and plan.demand is not None:
         lines.append(

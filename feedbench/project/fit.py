@@ -161,15 +161,21 @@ def fit(name: str, n, x, seed: int = 0) -> ModelFit:
     p, cov = fit_params(name, n, x)
     rss = float(np.sum(((model.fn(n, *p) - x) / x) ** 2))  # relative, as fitted
     dof = len(x) - len(p)
+    intervals = t_intervals(model, p, cov, dof)
+    draws = normal_draws(name, p, cov, dof, seed)
+    if name == "limit" and not np.any(n * p[0] >= p[1]):
+        # no point reaches the cap: the data bound it from below only (the covariance says 0)
+        intervals["cap"] = (float(x.max()), math.inf)
+        draws[:, 1] = math.inf
     return ModelFit(
         model=name,
         params={k: float(v) for k, v in zip(model.params, p, strict=True)},
-        intervals=t_intervals(model, p, cov, dof),
+        intervals=intervals,
         rss=rss,
         points=len(x),
         aicc=aicc(rss, len(x), len(p)),
         loo_error=loo_error(name, n, x),
-        draws=normal_draws(name, p, cov, dof, seed),
+        draws=draws,
     )
 
 

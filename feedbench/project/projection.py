@@ -47,7 +47,7 @@ class Band:
 class FitSummary:
     model: str
     params: dict[str, float]
-    intervals: dict[str, list[float]]
+    intervals: dict[str, list[float | None]]  # None: unbounded, or no interval
     rss: float  # relative residuals, as fitted
     points: int
     aicc: float | None
@@ -190,7 +190,7 @@ def summary(f: fitting.ModelFit) -> FitSummary:
     return FitSummary(
         model=f.model,
         params=f.params,
-        intervals={k: list(v) for k, v in f.intervals.items()},
+        intervals={k: [_num(a) for a in v] for k, v in f.intervals.items()},
         rss=f.rss,
         points=f.points,
         aicc=f.aicc,
