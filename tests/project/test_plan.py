@@ -94,3 +94,37 @@ def test_refusals_are_one_line(cli, tmp_path, counts, args, message):
     assert r.code == 2, r.out + r.err
     assert re.search(message, r.err) and len(r.err.strip().splitlines()) == 1, r.err
     assert "Traceback" not in r.err and not (tmp_path / "p.json").exists()
+
+
+def test_report_shows_a_plan_with_its_band_and_held_out_check(cli, tmp_path):
+    src = write(tmp_path, scan(usl_rates(COUNTS, *TRUE, 0.03, seed=5), appetite=100.0))
+    plan_json = tmp_path / "p.json"
+    assert cli("plan", src, "--at", "32", "--no-plots", "--json", str(plan_json)).code == 0
+    html, md, csv = tmp_path / "p.html", tmp_path / "p.md", tmp_path / "p.csv"
+    r = cli("report", str(plan_json), "--html", str(html), "--md", str(md), "--csv", str(csv))
+    assert r.code == 0, r.err
+    assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in r.out  # the terminal's
+    text = md.read_text()
+    assert text.startswith("# How far does this storage scale?")
+    assert "**cold pass, USL: " in text and "accelerators fed at AU ≥ 90%" in text
+    assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in text
+    assert "cannot go past one client" in text
+    page = html.read_text()
+    assert page.count("data:image/png;base64,") == 1 and "held-out check" in page
+    rows = csv.read_text().splitlines()
+    assert rows[0].startswith("pass,model,lambda (samples/s),sigma,kappa")
+    assert [r.split(",")[1] for r in rows[1:]] == ["usl", "amdahl", "limit"]
+
+
+def test_a_cap_no_point_reaches_is_bounded_below_only():
+    from feedbench.project import fit
+
+    rates = usl_rates(COUNTS, 100.0, 0.0, 0.0, 0.01, seed=6)  # linear: no ceiling measured
+    n = [c for c, xs in rates.items() for _ in xs]
+    f = fit.fit("limit", n, [x for xs in rates.values() for x in xs])
+    lo, hi = f.intervals["cap"]
+    assert lo == pytest.approx(max(max(xs) for xs in rates.values())) and hi == float("inf")
+    p = projection.summary(f)
+    assert p.intervals["cap"][1] is None  # JSON holds no Infinity
+    knee, _ = projection.knee_bands(f)
+    assert knee.high is None
