@@ -8,7 +8,7 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from feedbench.project.console import MODELS
+from feedbench.project.console import MODELS, held_out_line
 from feedbench.project.projection import PassPlan, Plan
 from feedbench.report.plotting import new_figure, save_optional
 
@@ -32,6 +32,9 @@ def _pass_axes(ax, p: PassPlan, demand: float | None) -> None:
                    label=f"knee N* ≈ {p.knee.value:,.1f}")  # fmt: skip
     if p.held_out is not None:
         ax.axvline(p.held_out.consumers, color="gray", linewidth=0.8, alpha=0.5)
+        note = held_out_line(p.held_out).replace(": ", ":\n", 1).replace("; ", "\n")
+        ax.text(0.98, 0.02, note, fontsize="x-small", ha="right", va="bottom",
+                transform=ax.transAxes)  # fmt: skip
     top = max(max(r[3] for r in p.curve), max(max(xs) for xs in p.points.values()))
     ax.set_ylim(0, top * 1.1)
     ax.set_xlim(0, p.reach)

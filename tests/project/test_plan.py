@@ -58,6 +58,9 @@ def test_the_figure_holds_points_band_demand_and_knee(tmp_path):
     demand = next(line for line in ax.get_lines() if line.get_label().startswith("demand"))
     assert demand.get_ydata()[-1] == pytest.approx(64 * 90)
     assert ax.get_xlim() == (0, 64) and ax.get_ylabel() == "aggregate samples/s"
+    (note,) = [t.get_text() for t in ax.texts]
+    assert note.startswith("held-out check:\nfitted on 1, 2, 4, 8, predicted 16: ")
+    assert "\nmeasured " in note
 
 
 def test_unjudged_counts_are_left_out_and_flagged(cli, tmp_path):
