@@ -69,7 +69,9 @@ def held_out_line(h: HeldOut | None) -> str:
         return f"{head}: the fit did not converge"
     verdict = {True: "inside the band", False: "OUTSIDE the band", None: "no band"}[h.within]
     err = "" if h.error is None else f", {h.error:+.1%}"
-    return f"{head}: {show_band(h.predicted)} samples/s; measured {num(h.measured)}{err}: {verdict}"
+    over = f" ({h.repeats} repeat{'s' if h.repeats != 1 else ''})"
+    band = show_band(h.predicted)
+    return f"{head}: {band} samples/s; measured {num(h.measured)}{over}{err}: {verdict}"
 
 
 def projection_lines(p: PassPlan, plan: Plan) -> list[str]:

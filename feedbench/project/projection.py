@@ -64,6 +64,7 @@ class HeldOut:
     predicted: Band | None  # None: the fit did not converge
     error: float | None  # (predicted − measured) / measured
     within: bool | None  # measured inside the band; None without a band
+    repeats: int = 0  # the held-out count's judged repeats the measured mean is over
 
 
 @dataclass
@@ -176,14 +177,14 @@ def held_out(f: fitting.ModelFit, pts: dict[int, list[float]], seed: int) -> Hel
     try:
         g = fitting.fit(f.model, n, x, seed)
     except RuntimeError:
-        return HeldOut(last, list(kept), measured, None, None, None)
+        return HeldOut(last, list(kept), measured, None, None, None, len(pts[last]))
     at = np.array([float(last)])
     predicted = band(float(g.predict(at)[0]), draw_rates(g, at)[:, 0])
     within = None
     if predicted.low is not None and predicted.high is not None:
         within = predicted.low <= measured <= predicted.high
     error = (predicted.value - measured) / measured if predicted.value is not None else None
-    return HeldOut(last, list(kept), measured, predicted, error, within)
+    return HeldOut(last, list(kept), measured, predicted, error, within, len(pts[last]))
 
 
 def summary(f: fitting.ModelFit) -> FitSummary:
