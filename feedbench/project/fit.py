@@ -63,9 +63,10 @@ MODELS = {
 
 @dataclass
 class ModelFit:
-    """One model fitted to (consumers, rate) points: its parameters and intervals, the residual
-    sum of squares, AICc (None where too few points define it) and the leave-one-count-out error
-    (mean |predicted − measured| / measured over counts each left out in turn)."""
+    """One model fitted to (consumers, rate) points: its parameters and intervals, the sum of
+    squared relative residuals (as fitted), AICc (None where too few points define it) and the
+    leave-one-count-out error (mean |predicted − measured| / measured, each count left out in
+    turn)."""
 
     model: str
     params: dict[str, float]

@@ -23,6 +23,11 @@ from feedbench.scan.results import ScanResult
 KIND = "plan"
 HUGE = 1e300  # stands for infinity inside a percentile (numpy's warns on inf − inf)
 NIL = 1e-9  # a σ or κ under this is none: the knee or ceiling it would give is unbounded
+STEPPED = (
+    "the scan emulated an accelerator step: no consumer took more than its appetite, so the "
+    "curve shows demand met, not the storage's limit (scan without --profile/--rate/--workload "
+    "for the storage's own curve, and give plan --rate)"
+)
 CLIENTS_ONE = (
     "one client measured: the projection cannot go past one client. Its curve mixes what this "
     "client can pull (its CPU and NIC) with what the storage serves to all; only a scan under "
@@ -274,6 +279,8 @@ def plan_pass(result: ScanResult, pass_name: str, ask: Ask) -> tuple[PassPlan | 
             f"the knee (N* ≈ {knee.value:,.0f}) lies beyond {rules.MAX_REACH}× the largest count: "
             "not projected; the curve still rises where it is measured"
         )
+    if result.accelerator:
+        flags.append(STEPPED)
     if fed and fed["fed_consumers"] == reach:
         flags.append(
             f"accelerators fed still rise at {reach}, the farthest count projected to: the "

@@ -40,6 +40,7 @@ def test_plan_projects_the_knee_with_its_band_and_checks_the_largest_count(cli, 
     assert held["within"] is True and abs(held["error"]) < 0.1
     assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in r.out
     assert "cannot go past one client" in r.out
+    assert "flag: the scan emulated an accelerator step: no consumer took more" in r.out
     assert (tmp_path / "p.png").exists()
 
 
@@ -75,6 +76,7 @@ def test_unjudged_counts_are_left_out_and_flagged(cli, tmp_path):
     assert r.code == 0, r.err
     assert "flag: 32 consumers not judged (2 measured batches per consumer)" in r.out
     assert "flag: not valid for sizing: repeats disagree" in r.out
+    assert "emulated an accelerator step" not in r.out  # no step: the storage's own curve
     p = json.loads((tmp_path / "p.json").read_text())
     assert "32" not in p["passes"][0]["points"] and p["passes"][0]["reach"] == 64
 
@@ -131,3 +133,17 @@ def test_a_cap_no_point_reaches_is_bounded_below_only():
     assert p.intervals["cap"][1] is None  # JSON holds no Infinity
     knee, _ = projection.knee_bands(f)
     assert knee.high is None
+
+
+def test_a_pass_with_too_few_counts_is_refused_and_the_other_projected(cli, tmp_path):
+    from tests.project.scans import measurement
+
+    result = scan(usl_rates(COUNTS, *TRUE, 0.03, seed=7))
+    warm = usl_rates([1, 2, 4], *TRUE, 0.03, seed=8)
+    result.measurements += [measurement(n, x, i + 1, "warm") for n, xs in warm.items()
+                            for i, x in enumerate(xs)]  # fmt: skip
+    r = cli("plan", write(tmp_path, result), "--no-plots", "--json", str(tmp_path / "p.json"))
+    assert r.code == 0, r.err
+    assert "refused: warm: 3 judged consumer counts (1, 2, 4); a fit needs ≥ 4" in r.out
+    p = json.loads((tmp_path / "p.json").read_text())
+    assert [x["pass_name"] for x in p["passes"]] == ["cold"] and len(p["refused"]) == 1
