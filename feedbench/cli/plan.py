@@ -50,6 +50,27 @@ def plan(
     from feedbench.core.errors import FeedbenchError
     from feedbench.project import projection
     from feedbench.project.console import render_plan
+
+    scan = _scan(results, at, cost)
+    target = results_path(json_out, "plan")
+    appetite, au, demand = projection.demand_of(scan, rate, target_au)
+    if cost is not None and demand is None:
+        raise FeedbenchError("--cost needs a demand: give --rate, or scan with --profile/--rate")
+    ask = projection.Ask(demand=demand, target=at, cost_usd=cost, seed=seed)
+    asked = {"rate": rate, "target_au": target_au, "at": at, "cost": cost, "passes": passes}
+    # the scan's client, storage and what slowed it: what the projection describes
+    kept = {k: scan.config[k] for k in ("describe", "read_latency_s") if k in scan.config}
+    env = envelope.envelope(projection.KIND, {**asked, "seed": seed, **kept})
+    env |= {"system": scan.system, "host": scan.host}
+    result = projection.plan(scan, str(results), ask, pass_names(passes), env, appetite, au)
+    render_plan(result, out)
+    _write(result, target, plots)
+
+
+def _scan(results: Path, at: int | None, cost: float | None):
+    """The scan results file, its options checked first: one ``error:`` line each."""
+    from feedbench.core import envelope
+    from feedbench.core.errors import FeedbenchError
     from feedbench.scan import results as scan_results
 
     kind = envelope.read(results).get("kind", "scan")
@@ -59,16 +80,12 @@ def plan(
         raise FeedbenchError(f"--at {at}: give a consumer count of 1 or more")
     if cost is not None and cost <= 0:
         raise FeedbenchError(f"--cost {cost:g}: a price must be above 0")
-    scan = scan_results.load(results)
-    appetite, au, demand = projection.demand_of(scan, rate, target_au)
-    if cost is not None and demand is None:
-        raise FeedbenchError("--cost needs a demand: give --rate, or scan with --profile/--rate")
-    ask = projection.Ask(demand=demand, target=at, cost_usd=cost, seed=seed)
-    asked = {"rate": rate, "target_au": target_au, "at": at, "cost": cost, "passes": passes}
-    env = envelope.envelope(projection.KIND, {**asked, "seed": seed})
-    result = projection.plan(scan, str(results), ask, pass_names(passes), env, appetite, au)
-    render_plan(result, out)
-    target = results_path(json_out, "plan")
+    return scan_results.load(results)
+
+
+def _write(result, target: Path, plots: bool) -> None:
+    from feedbench.core import envelope
+
     outputs = Outputs(target)
     outputs.write("results", envelope.save, result, target)
     if "results" not in outputs.failed:

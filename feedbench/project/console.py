@@ -99,7 +99,12 @@ def projection_lines(p: PassPlan, plan: Plan) -> list[str]:
 
 
 def render_plan(plan: Plan, out: Console) -> None:
+    from feedbench.report.sut import slowed_flag
+
     out.print(f"plan from {plan.source}", markup=False, highlight=False)
+    slowed = slowed_flag(plan)
+    if slowed:
+        out.print(slowed, markup=False, highlight=False)
     for p in plan.passes:
         out.print(fits_table(p))
         for line in projection_lines(p, plan):

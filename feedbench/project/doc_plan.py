@@ -13,7 +13,8 @@ from feedbench.project.console import (
     show_band,
 )
 from feedbench.project.projection import PassPlan, Plan
-from feedbench.report.doc import Document, Shown, Table, command_text, dash
+from feedbench.report.doc import Document, Shown, SystemBlock, Table, command_text, dash
+from feedbench.report.sut import system_facts
 
 
 def answer(p: PassPlan, plan: Plan) -> str:
@@ -67,6 +68,7 @@ def fits_table(plan: Plan) -> Table:
 def plan_document(plan: Plan, source: str) -> Document:
     lines = [line for p in plan.passes for line in projection_lines(p, plan)]
     flags = [f for p in plan.passes for f in p.flags]
+    facts, slowed = system_facts(plan)  # the scan's client and storage (plan copies them)
     return Document(
         kind="plan",
         title="How far does this storage scale?",
@@ -75,6 +77,7 @@ def plan_document(plan: Plan, source: str) -> Document:
         valid=None,
         broken=[],
         summary=fits_table(plan),
+        systems=[SystemBlock("System under test (the scan's)", facts, slowed)],
         warnings=flags + [f"refused: {w}" for w in plan.refused] + [f"clients: {plan.clients}"],
         command=command_text(plan.command),
         created_utc=plan.created_utc,

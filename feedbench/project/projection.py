@@ -95,6 +95,9 @@ class PassPlan:
 
 @dataclass(kw_only=True)
 class Plan(Envelope):
+    """The projection of one scan. Its ``host``, ``system`` and the config's ``describe`` and
+    ``read_latency_s`` are the scan's: the client and storage the projection is about."""
+
     source: str
     appetite: float | None  # samples/s one accelerator takes at full utilisation
     target_au: float

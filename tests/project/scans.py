@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from feedbench.core.envelope import DatasetInfo
+from feedbench.core.envelope import DatasetInfo, HostInfo
 from feedbench.project import fit
 from feedbench.scan.results import CacheState, Measurement, ScanResult, Sizing
 
@@ -28,7 +28,8 @@ def scan(
     ms = [measurement(n, x, i + 1) for n, xs in rates.items() for i, x in enumerate(xs)]
     return ScanResult(
         kind="scan", created_utc="2026-12-03T10:00:00+00:00", command=["feedbench", "scan"],
-        config={"warmup_batches": 1},
+        config={"warmup_batches": 1, "describe": "test NAS", "read_latency_s": 0.01},
+        host=HostInfo.current(),
         dataset=DatasetInfo(path="/data", format="tree", files=1000, bytes=10**9, samples=1000),
         measurements=ms,
         accelerator={"samples_per_s": appetite} if appetite else None,

@@ -40,6 +40,7 @@ def test_plan_projects_the_knee_with_its_band_and_checks_the_largest_count(cli, 
     assert held["within"] is True and abs(held["error"]) < 0.1
     assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in r.out
     assert "cannot go past one client" in r.out
+    assert r.out.splitlines()[1].startswith("Slowed on purpose: 10 ms added to every file read")
     assert "flag: the scan emulated an accelerator step: no consumer took more" in r.out
     assert (tmp_path / "p.png").exists()
 
@@ -114,6 +115,9 @@ def test_report_shows_a_plan_with_its_band_and_held_out_check(cli, tmp_path):
     assert "**cold pass, USL: " in text and "accelerators fed at AU ≥ 90%" in text
     assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in text
     assert "cannot go past one client" in text
+    assert "## System under test" in text and "**described as**: test NAS" in text
+    assert "> **Slowed on purpose: 10 ms added to every file read" in text  # the scan's
+    assert "**CPU**: " in text
     page = html.read_text()
     assert page.count("data:image/png;base64,") == 1 and "held-out check" in page
     rows = csv.read_text().splitlines()
