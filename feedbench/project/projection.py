@@ -17,6 +17,7 @@ from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.project import fit as fitting
 from feedbench.project import rules
+from feedbench.report import current_rules
 from feedbench.scan import sizing
 from feedbench.scan.results import ScanResult
 
@@ -341,15 +342,11 @@ def clients_note(result: ScanResult) -> str:
 
 def demand_of(result: ScanResult, rate: float | None, target_au: float | None) -> tuple:
     """(appetite, target AU, demand per accelerator): ``rate`` (samples/s one accelerator takes)
-    or the scan's emulated accelerator's; the target AU given, else the scan's, else 0.9."""
+    or the scan's emulated accelerator's; the target AU given, else the scan's."""
     appetite = rate
     if appetite is None and result.accelerator:
         appetite = result.accelerator.get("samples_per_s")
-    au = target_au
-    if au is None:
-        au = (result.sizing.target_au if result.sizing else None) or result.config.get(
-            "target_au"
-        ) or 0.9  # fmt: skip
+    au = target_au if target_au is not None else current_rules.target_au(result)
     if not 0 < au <= 1:
         raise FeedbenchError(f"--target-au {au:g}: give a utilisation in (0, 1]")
     if appetite is not None and appetite <= 0:

@@ -19,21 +19,19 @@ def measurement(n: int, rate: float, repeat: int, pass_name: str = "cold") -> Me
     )  # fmt: skip
 
 
-def scan(
-    rates: dict[int, list[float]],
-    broken: list[str] | None = None,
-    not_judged: list[dict] | None = None,
-    appetite: float | None = None,
-) -> ScanResult:
+def scan(rates: dict[int, list[float]], appetite: float | None = None) -> ScanResult:
+    """A cold-pass scan of ``rates`` (one measurement per repeat); the command judges it by
+    today's sizing rules on load, as report does."""
     ms = [measurement(n, x, i + 1) for n, xs in rates.items() for i, x in enumerate(xs)]
     return ScanResult(
         kind="scan", created_utc="2026-12-03T10:00:00+00:00", command=["feedbench", "scan"],
-        config={"warmup_batches": 1, "describe": "test NAS", "read_latency_s": 0.01},
+        config={"warmup_batches": 1, "describe": "test NAS", "read_latency_s": 0.01,
+                "stages": ["read"], "batch_size": 8},
         host=HostInfo.current(),
         dataset=DatasetInfo(path="/data", format="tree", files=1000, bytes=10**9, samples=1000),
         measurements=ms,
         accelerator={"samples_per_s": appetite} if appetite else None,
-        sizing=Sizing(valid=not broken, broken=broken or [], not_judged=not_judged or []),
+        sizing=Sizing(valid=True),
     )  # fmt: skip
 
 
