@@ -42,10 +42,12 @@ def plan(
     json_out: o.Json = None,
     plots: o.Plots = True,
 ) -> None:
-    """Fit USL, Amdahl and a storage-limit model to a scan's aggregate rate against consumers;
-    show the knee, the rate and accelerators fed as bands, and a held-out check (the largest
-    count predicted from the others). Refuses with fewer than 4 judged counts or a target past
-    4× the largest; flags a scan not valid for sizing."""
+    """Fit a scan's scaling curve, project it with its band, check the projection.
+
+    USL, Amdahl and a storage-limit model fitted to the aggregate rate against consumers; the
+    knee, the rate and accelerators fed as bands, and a held-out check (the largest count
+    predicted from the others). Refuses with fewer than 4 judged counts or a target past 4× the
+    largest; flags a scan not valid for sizing."""
     from feedbench.core import envelope
     from feedbench.core.errors import FeedbenchError
     from feedbench.project import projection
