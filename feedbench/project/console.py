@@ -68,6 +68,8 @@ def held_out_line(h: HeldOut | None) -> str:
     if h.predicted is None:
         return f"{head}: the fit did not converge"
     verdict = {True: "inside the band", False: "OUTSIDE the band", None: "no band"}[h.within]
+    if h.too_wide:
+        verdict += ", a band wider than the prediction itself: the check says little"
     err = "" if h.error is None else f", {h.error:+.1%}"
     over = f" ({h.repeats} repeat{'s' if h.repeats != 1 else ''})"
     band = show_band(h.predicted)

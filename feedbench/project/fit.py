@@ -164,10 +164,8 @@ def fit(name: str, n, x, seed: int = 0) -> ModelFit:
     dof = len(x) - len(p)
     intervals = t_intervals(model, p, cov, dof)
     draws = normal_draws(name, p, cov, dof, seed)
-    if name == "limit" and not np.any(n * p[0] >= p[1]):
-        # no point reaches the cap: the data bound it from below only (the covariance says 0)
-        intervals["cap"] = (float(x.max()), math.inf)
-        draws[:, 1] = math.inf
+    if name == "limit":
+        unbounded(p, n, x, intervals, draws)
     return ModelFit(
         model=name,
         params={k: float(v) for k, v in zip(model.params, p, strict=True)},
@@ -178,6 +176,20 @@ def fit(name: str, n, x, seed: int = 0) -> ModelFit:
         loo_error=loo_error(name, n, x),
         draws=draws,
     )
+
+
+def unbounded(p: np.ndarray, n: np.ndarray, x: np.ndarray, intervals: dict, draws) -> None:
+    """The limit model's parameter no point determines, bounded on one side only (its
+    covariance says 0, as if known exactly): the cap where no point reaches it (at least the
+    largest rate), the per-consumer rate where every point is at the cap (at least the cap
+    over the smallest count)."""
+    per, cap = p
+    if not np.any(n * per >= cap):
+        intervals["cap"] = (float(x.max()), math.inf)
+        draws[:, 1] = math.inf
+    elif not np.any(n * per < cap):
+        intervals["per_consumer"] = (float(cap / n.min()), math.inf)
+        draws[:, 0] = math.inf
 
 
 def choose(fits: list[ModelFit]) -> tuple[ModelFit, str]:

@@ -23,6 +23,7 @@ from feedbench.scan.results import ScanResult
 
 KIND = "plan"
 HUGE = 1e300  # stands for infinity inside a percentile (numpy's warns on inf − inf)
+WIDE = 1.0  # a held-out band wider than this × its prediction is too wide to check by
 NIL = 1e-9  # a σ or κ under this is none: the knee or ceiling it would give is unbounded
 STEPPED = (
     "the scan emulated an accelerator step: no consumer took more than its appetite, so the "
@@ -71,6 +72,8 @@ class HeldOut:
     error: float | None  # (predicted − measured) / measured
     within: bool | None  # measured inside the band; None without a band
     repeats: int = 0  # the held-out count's judged repeats the measured mean is over
+    # the band wider than the prediction itself (WIDE): inside it says little
+    too_wide: bool = False
 
 
 @dataclass
@@ -148,7 +151,7 @@ def knee_of(model: str, p: np.ndarray) -> tuple[float, float]:
         lam, sigma, kappa = p
         if kappa < NIL:
             return math.inf, (lam / sigma if sigma >= NIL else math.inf)
-        n = math.sqrt(max(1 - sigma, 0) / kappa)
+        n = max(1.0, math.sqrt(max(1 - sigma, 0) / kappa))  # σ = 1: no consumer adds
         return n, float(fitting.usl(n, lam, sigma, kappa))
     if model == "amdahl":
         return math.inf, (p[0] / p[1] if p[1] >= NIL else math.inf)
@@ -193,7 +196,10 @@ def held_out(f: fitting.ModelFit, pts: dict[int, list[float]], seed: int) -> Hel
     if predicted.low is not None and predicted.high is not None:
         within = predicted.low <= measured <= predicted.high
     error = (predicted.value - measured) / measured if predicted.value is not None else None
-    return HeldOut(last, list(kept), measured, predicted, error, within, len(pts[last]))
+    wide = within is not None and predicted.value is not None and predicted.value > 0 and (
+        (predicted.high - predicted.low) / predicted.value > WIDE  # type: ignore[operator]
+    )  # fmt: skip
+    return HeldOut(last, list(kept), measured, predicted, error, within, len(pts[last]), wide)
 
 
 def summary(f: fitting.ModelFit) -> FitSummary:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from feedbench.core import envelope
@@ -37,7 +38,7 @@ def test_plan_projects_the_knee_with_its_band_and_checks_the_largest_count(cli, 
     assert cold["usd_per_fed"]["value"] == pytest.approx(64000 / at["value"])
     held = cold["held_out"]
     assert held["consumers"] == 16 and held["fitted_counts"] == [1, 2, 4, 8]
-    assert held["within"] is True and abs(held["error"]) < 0.1
+    assert held["within"] is True and abs(held["error"]) < 0.1 and held["too_wide"] is False
     assert "held-out check: fitted on 1, 2, 4, 8, predicted 16" in r.out
     assert "cannot go past one client" in r.out
     assert r.out.splitlines()[1].startswith("Slowed on purpose: 10 ms added to every file read")
@@ -151,3 +152,30 @@ def test_a_pass_with_too_few_counts_is_refused_and_the_other_projected(cli, tmp_
     assert "refused: warm: 3 judged consumer counts (1, 2, 4); a fit needs ≥ 4" in r.out
     p = json.loads((tmp_path / "p.json").read_text())
     assert [x["pass_name"] for x in p["passes"]] == ["cold"] and len(p["refused"]) == 1
+
+
+def test_a_rate_flat_from_one_consumer_leaves_the_per_consumer_rate_bounded_below_only():
+    from feedbench.project import fit
+
+    rates = {n: [150.0 * (1 + 0.02 * k) for k in (-1, 0, 1)] for n in COUNTS}  # flat: at the cap
+    n = [c for c, xs in rates.items() for _ in xs]
+    f = fit.fit("limit", n, [x for xs in rates.values() for x in xs])
+    lo, hi = f.intervals["per_consumer"]
+    assert lo == pytest.approx(f.params["cap"]) and hi == float("inf")
+    assert np.allclose(projection.draw_rates(f, np.array([1.0, 64.0])), f.draws[:, [1, 1]])
+
+
+def test_the_knee_of_a_curve_no_consumer_adds_to_is_one_consumer():
+    knee, rate = projection.knee_of("usl", np.array([200.0, 1.0, 0.05]))
+    assert knee == 1.0 and rate == pytest.approx(200.0)
+
+
+def test_a_held_out_band_wider_than_its_prediction_says_the_check_says_little(cli, tmp_path):
+    # the S3 curve of BENCHMARKS: up at 2, halved at 4, flat after
+    rates = {1: [289.0, 320.0, 258.0], 2: [300.0, 296.0, 304.0], 4: [149.0, 117.0, 181.0],
+             8: [156.0, 133.0, 179.0], 16: [146.0, 114.0, 178.0]}  # fmt: skip
+    r = cli("plan", write(tmp_path, scan(rates)), "--no-plots", "--json", str(tmp_path / "p.json"))
+    assert r.code == 0, r.err
+    held = json.loads((tmp_path / "p.json").read_text())["passes"][0]["held_out"]
+    assert held["too_wide"] is True
+    assert "a band wider than the prediction itself: the check says little" in r.out
