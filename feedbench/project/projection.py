@@ -286,8 +286,9 @@ def plan_pass(result: ScanResult, pass_name: str, ask: Ask) -> tuple[PassPlan | 
         rate_at = band(float(chosen.predict(at)[0]), draw_rates(chosen, at)[:, 0])
     if knee is not None and knee.value is not None and knee.value > reach:
         flags.append(
-            f"the knee (N* ≈ {knee.value:,.0f}) lies beyond {rules.MAX_REACH}× the largest count: "
-            "not projected; the curve still rises where it is measured"
+            f"the knee (N* ≈ {knee.value:,.0f}) and the ceiling there lie beyond "
+            f"{rules.MAX_REACH}× the largest count: extrapolated, not figures to size by; the "
+            "curve still rises where it is measured"
         )
     if result.accelerator:
         flags.append(STEPPED)

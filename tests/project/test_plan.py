@@ -179,3 +179,12 @@ def test_a_held_out_band_wider_than_its_prediction_says_the_check_says_little(cl
     held = json.loads((tmp_path / "p.json").read_text())["passes"][0]["held_out"]
     assert held["too_wide"] is True
     assert "a band wider than the prediction itself: the check says little" in r.out
+
+
+def test_a_knee_past_four_times_the_largest_count_is_flagged_as_extrapolated():
+    result = scan(usl_rates(COUNTS, 150.0, 0.01, 0.0002, 0.002, seed=9), appetite=100.0)
+    env = {"kind": "plan", "created_utc": "", "command": [], "config": {}}
+    plan = projection.plan(result, "s.json", projection.Ask(demand=90.0), None, env, 100.0, 0.9)
+    (p,) = plan.passes
+    assert p.chosen == "usl" and p.knee.value > 64  # true knee ≈ 70
+    assert any(f.startswith("the knee (N* ≈ ") and "extrapolated" in f for f in p.flags)
