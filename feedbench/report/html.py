@@ -30,6 +30,8 @@ CAPTIONS = {
     "accelerators' demand: N × one accelerator's samples/s.",
     "verify-scaling": "Training images/s against ranks, per loader, with the synthetic ceiling.",
     "verify-breakdown": "Where each training step's time goes, per loader and rank count.",
+    "plan": "Measured aggregate samples/s (mean, min–max over repeats), the chosen model's "
+    "curve with its 95% band to 4× the largest count, the demand of N accelerators, the knee.",
 }
 
 

@@ -12,6 +12,9 @@ from rich.console import Console
 
 from feedbench.core import envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.project import console as plan_console
+from feedbench.project import doc_plan, projection
+from feedbench.project import plots as plan_plots
 from feedbench.report import (
     compare,
     compare_console,
@@ -36,6 +39,7 @@ KINDS = {
     "verify": (verify_results.VerifyResult, verify_console.render_verify),
     "compare": (compare.Comparison, compare_console.render_compare),
     "prediction": (prediction.PredictionCheck, prediction.render),
+    "plan": (projection.Plan, plan_console.render_plan),
 }
 
 
@@ -87,6 +91,9 @@ def plots(kind: str, result: Any, directory: str) -> list[Path]:
         return verify_plots.write_plots(result, directory, "verify") if result.runs else []
     if kind == "prediction":
         return []
+    if kind == "plan":
+        drawn = plan_plots.plan_plot(result, Path(directory) / "plan.png")
+        return [drawn] if drawn is not None else []
     p = compare_plots.compare_plot(result, Path(directory) / "compare-scaling.png")
     return [p] if p is not None else []
 
@@ -96,5 +103,6 @@ def document(kind: str, result: Any, source: str) -> Document:
     HTML page, the Markdown and the CSV lay out."""
     build = {"scan": doc_scan.scan_document, "verify": doc_verify.verify_document,
              "compare": doc_compare.compare_document,
-             "prediction": prediction.prediction_document}[kind]  # fmt: skip
+             "prediction": prediction.prediction_document,
+             "plan": doc_plan.plan_document}[kind]  # fmt: skip
     return build(shown(result), source)  # names from the data: control characters visible

@@ -1,0 +1,1 @@
+"""Projection: from a scan's measured points to the scaling curve, its band and its limits."""
