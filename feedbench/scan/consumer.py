@@ -37,6 +37,7 @@ from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
 from feedbench.scan.results import KEEP_NAMES, ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
 from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, StageStream
+from feedbench.scan.warmup import least_warmup, warmup_end
 from loaders import start_workers
 
 CPU_STAGES = ("read", "decode", "augment", "collate")
@@ -65,15 +66,22 @@ def consumer_units(source: Source, rank: int, world: int, *, seed: int, epoch: i
 class StepOptions:
     step_s: float = 0.0  # emulated accelerator time per batch (0: none)
     sync: bool = True  # steps synchronous across consumers (DDP) when a step is emulated
-    warmup_batches: int = 1
+    warmup_batches: int = 1  # at least; more while the loader starts up (scan/warmup.py)
+    ahead: int = 1  # batches the loader can have ready (one per worker; DALI's prefetch)
 
 
 class Tally:
     """What one consumer's batches measured: counts, per-stage busy time, read latencies, the
-    first errors, and the step accounting (data wait, sync wait, step) after the warm-up."""
+    first errors, and the step accounting (data wait, sync wait, step) after the warm-up.
 
-    def __init__(self, stages: Sequence[str], warmup_batches: int) -> None:
-        self.warmup_batches = warmup_batches
+    The warm-up is decided when the pass ends (:func:`~feedbench.scan.warmup.warmup_end`): at
+    least ``warmup_batches`` and ``ahead``, more while the loader is still starting up; until
+    then every batch's step and every delivered item is kept."""
+
+    def __init__(self, stages: Sequence[str], warmup_batches: int, ahead: int = 1) -> None:
+        self.warmup_batches = warmup_batches  # at least; ``warmup`` after stop(): what it took
+        self.minimum = least_warmup(warmup_batches, ahead)
+        self.ahead = ahead
         self.clocks = {s: Clock() for s in stages if s in CPU_STAGES}
         self.samples = self.files = self.read_bytes = self.errors = self.batches = 0
         self.failed_files = 0
@@ -88,21 +96,38 @@ class Tally:
         self.steady_samples = 0
         self.steady_bytes = self.steady_files = 0  # read in the steady window (errors too)
         self.t_start = self.t_end = time.perf_counter()
-        # the steady window starts after the warm-up batches (at once without any)
-        self.t_first_end: float | None = None if warmup_batches > 0 else self.t_start
-        # every item accounted in the steady window: (delivered at, samples, bytes, files), so
-        # that the measurement can count what fell inside the window all consumers share
+        self.t_first_end: float | None = None  # the steady window's start (stop() sets it)
+        self.warmup, self.settled = 0, True  # the warm-up taken (stop() decides it)
+        # every batch's step: (ready at, step ended at, data wait, sync wait, step, samples)
+        self.steps: list[tuple[float, float, float, float, float, int]] = []
+        # every item delivered: (delivered at, samples, bytes, files), so that the measurement
+        # can count what fell inside the window all consumers share (the steady window's only,
+        # after stop())
         self.marks: list[tuple[float, int, int, int]] = []
         # perf_counter → seconds since the epoch: one clock for every consumer of the host
         self.epoch_offset = time.time() - time.perf_counter()
 
     def start(self) -> None:
         self.t_start = time.perf_counter()
-        if self.warmup_batches <= 0:
-            self.t_first_end = self.t_start
 
     def stop(self) -> None:
+        """End the pass: decide the warm-up and count what came after it."""
         self.t_end = time.perf_counter()
+        ready = [s[0] for s in self.steps]
+        self.warmup, self.settled = warmup_end(ready, self.t_start, self.warmup_batches, self.ahead)
+        if self.warmup > len(self.steps):  # only warm-up batches: no steady window
+            self.t_first_end, self.marks = None, []
+            return
+        self.t_first_end = self.steps[self.warmup - 1][1] if self.warmup else self.t_start
+        for _, _, wait_s, sync_wait_s, step_s, samples in self.steps[self.warmup :]:
+            self.waits.append(wait_s)
+            self.data_wait_s += wait_s
+            self.sync_wait_s += sync_wait_s
+            self.step_s += step_s
+            self.steady_samples += samples
+        self.marks = [m for m in self.marks if m[0] > self.t_first_end]
+        self.steady_bytes = sum(m[2] for m in self.marks)
+        self.steady_files = sum(m[3] for m in self.marks)
 
     @property
     def wall_s(self) -> float:
@@ -114,11 +139,8 @@ class Tally:
         self.samples += times.samples
         self.files += times.files
         self.read_bytes += times.read_bytes
-        if self.t_first_end is not None:  # after the warm-up: the window every rate shares
-            self.steady_bytes += times.read_bytes
-            self.steady_files += times.files
-            when = time.perf_counter() if at is None else at
-            self.marks.append((when, times.samples, times.read_bytes, times.files))
+        when = time.perf_counter() if at is None else at
+        self.marks.append((when, times.samples, times.read_bytes, times.files))
         self.errors += times.errors
         self.failed_files += times.failed_files
         self.lost_samples += times.lost_samples
@@ -144,18 +166,12 @@ class Tally:
         self, samples: int, *, t_ready: float, wait_s: float, sync_wait_s: float, step_s: float
     ) -> None:
         """Count one delivered batch of ``samples`` and its step (called after the step);
-        ``t_ready``: when it was ready, after the barrier. Warm-up batches are not measured."""
+        ``t_ready``: when it was ready, after the barrier. Whether it is a warm-up batch is
+        decided at stop()."""
         self.batches += 1
         if self.first_batch_s is None:
             self.first_batch_s = t_ready - self.t_start
-        if self.batches > self.warmup_batches:
-            self.waits.append(wait_s)
-            self.data_wait_s += wait_s
-            self.sync_wait_s += sync_wait_s
-            self.step_s += step_s
-            self.steady_samples += samples
-        elif self.batches == self.warmup_batches:
-            self.t_first_end = time.perf_counter()
+        self.steps.append((t_ready, time.perf_counter(), wait_s, sync_wait_s, step_s, samples))
 
     @property
     def steady_s(self) -> float | None:
@@ -343,14 +359,14 @@ def run_consumer(
     copies = Copies(device) if "transfer" in stages and device is not None else None
     sync = steps.sync and steps.step_s > 0 and group is not None
     barrier = StepBarrier(group) if sync else None
-    tally = Tally(stages, steps.warmup_batches)
+    tally = Tally(stages, steps.warmup_batches, steps.ahead)
     barrier_idle_s = barrier.idle_cost() if barrier is not None else None
     consume_batches(loader, tally, steps.step_s, copies=copies, barrier=barrier, progress=progress)
     if copies is not None:
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
-    if source.expected is not None and batches is None:  # counted by our reader's index
+    if batches is None and source.expected is not None:  # counted by our reader's index
         stats.lost_samples = tally.lost_samples
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
     raw[MARKS] = tally.window_marks()
@@ -383,8 +399,8 @@ def consume_batches(
             break  # synced: as soon as any consumer has run out
         t2 = time.perf_counter()
         times = item[1]
-        # stamped when taken into a step: with synced steps every consumer has then ended its
-        # warm-up, so none of a synced window's batches falls outside the common window
+        # stamped when taken into a step: with synced steps every consumer takes a batch at
+        # once, so the common window (from the latest warm-up's end) cuts all consumers alike
         tally.account(times, at=t2)
         if progress is not None:
             progress(times.read_bytes)
@@ -394,7 +410,7 @@ def consume_batches(
         tally.count_step(
             times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step
         )
-        if tally.batches == tally.warmup_batches:
+        if tally.batches == tally.minimum:
             accelerator.owed_s = 0.0  # the warm-up's late wake-ups are not the window's to pay
     tally.stop()
     tally.step_late_s = accelerator.late_s
@@ -439,6 +455,8 @@ def consumer_stats(
         first_batch_s=tally.first_batch_s,
         samples_per_s=tally.samples / wall_s if wall_s > 0 else 0.0,
         steady_samples_per_s=tally.steady_samples_per_s,
+        warmup_batches=tally.warmup,
+        warmup_settled=tally.settled,
         steady_s=tally.steady_s,
         window_start=tally.window[0] if tally.window else None,
         window_end=tally.window[1] if tally.window else None,

@@ -31,6 +31,7 @@ from feedbench.scan.results import (
     RankOutcome,
     SampleError,
 )
+from feedbench.scan.sizing import loader_ahead
 from feedbench.scan.sources import Source, shared_index
 
 
@@ -97,7 +98,8 @@ def open_consumer(
     if wants_gpu and torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
-    steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches)
+    ahead = loader_ahead(config.loader, config.loader_options, workers)
+    steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches, ahead=ahead)
     loader = None
     if config.loader is not None:
         where = dict(rank=rank, world_size=world, local_rank=local_rank, workers=workers)

@@ -86,6 +86,10 @@ class ConsumerStats:
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
     loader_batches: int | None = None
+    # the warm-up this consumer took (scan/warmup.py: at least --warmup, more while the loader
+    # started up), and whether the loader reached its steady pace by half the pass; None: older
+    warmup_batches: int | None = None
+    warmup_settled: bool | None = None
 
 
 @dataclass

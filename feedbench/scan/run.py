@@ -556,9 +556,9 @@ def _absorb(result: ScanResult, outcomes: list[RankOutcome]) -> None:
     for o in outcomes:
         _judge_failed(o.measurement)
         result.measurements.append(o.measurement)
-        unequal = unequal_batches(o.measurement)
-        if unequal and unequal not in result.warnings:
-            result.warnings.append(unequal)
+        for said in (unequal_batches(o.measurement), unsettled_warmup(o.measurement)):
+            if said and said not in result.warnings:
+                result.warnings.append(said)
         room = 20 - len(result.errors)
         if room > 0:
             result.errors.extend(o.errors[:room])
@@ -578,6 +578,22 @@ def unequal_batches(m: Measurement) -> str | None:
         f"unequal batches per rank ({m.consumers} consumers, {m.pass_name} pass): {per_rank}; "
         "in DDP the ranks with more batches would hang at their extra steps: give every rank "
         "the same number of batches (DistributedSampler pads, or drop_last)"
+    )
+
+
+def unsettled_warmup(m: Measurement) -> str | None:
+    """The consumers whose loader was still slower than its steady pace at half the pass, when
+    the warm-up (scan/warmup.py) had to stop there: their window may hold start-up."""
+    late = [c for c in m.per_consumer if c.warmup_settled is False]
+    if not late:
+        return None
+    ranks = ", ".join(str(c.rank) for c in late)
+    most = max(c.warmup_batches or 0 for c in late)
+    return (
+        f"the loader was still starting up after {most} warm-up batches, half of the pass "
+        f"({m.consumers} consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass, repeat "
+        f"{m.repeat}; consumer {ranks}): its window may hold start-up and read slow; give each "
+        "consumer more batches (more data, a smaller --batch-size or fewer --consumers)"
     )
 
 

@@ -143,11 +143,16 @@ def thin_overlap(m: Measurement) -> bool:
 
 
 def batches_ahead(m: Measurement, config: dict) -> int:
-    """Batches a consumer's loader can have ready when the window opens: one per worker
+    """Batches a consumer's loader can have ready when the window opens (:func:`loader_ahead`)."""
+    return loader_ahead(config.get("loader"), config.get("loader_options") or {}, m.workers)
+
+
+def loader_ahead(loader: str | None, options: dict, workers: int) -> int:
+    """Batches a loader with ``workers`` can have ready ahead of the consumer: one per worker
     process, but DALI's threads build one batch together and queue ``prefetch`` (2) of them."""
-    if config.get("loader") == "dali":
-        return int((config.get("loader_options") or {}).get("prefetch", 2))
-    return max(1, m.workers)
+    if loader == "dali":
+        return int(options.get("prefetch", 2))
+    return max(1, workers)
 
 
 def short_window(m: Measurement, config: dict) -> tuple[int, int] | None:
