@@ -60,7 +60,10 @@ GpuBatchSize = Annotated[
 ]
 Warmup = Annotated[
     int | None,
-    typer.Option(help="Batches per consumer left out of every rate and AU, before the clock."),
+    typer.Option(
+        help="Batches per consumer left out of every rate and AU, at least (more while the "
+        "loader is still starting up; 0: none, every batch measured)."
+    ),
 ]
 GpuWarmup = Annotated[
     int | None,

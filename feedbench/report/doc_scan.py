@@ -330,8 +330,7 @@ def method(result: ScanResult) -> list[tuple[str, str]]:
         ("passes", ", ".join(cfg.get("passes") or []) + _cache_words(result)),
         (
             "repeats",
-            f"{cfg.get('repeat')} per point; rates after {cfg.get('warmup_batches')} "
-            "warm-up batch(es) per consumer",
+            f"{cfg.get('repeat')} per point; rates after " + _warmup_words(result),
         ),
     ]
     if cfg.get("direct"):
@@ -356,6 +355,21 @@ def method(result: ScanResult) -> list[tuple[str, str]]:
                     f"resident); ≥ {rules.get('min_repeats', 3):g} repeats with CV ≤ "
                     f"{rules.get('max_cv', 0.1):.0%}; an idle host; a complete run"))  # fmt: skip
     return out
+
+
+def _warmup_words(result: ScanResult) -> str:
+    """The warm-up the consumers took: at least --warmup, more while the loader started up."""
+    least = result.config.get("warmup_batches")
+    taken = [c.warmup_batches for m in result.measurements for c in m.per_consumer
+             if c.warmup_batches is not None]  # fmt: skip
+    if not taken:  # an older file: the fixed count
+        return f"{least} warm-up batch(es) per consumer"
+    lo, hi = min(taken), max(taken)
+    span = f"{lo}" if lo == hi else f"{lo} to {hi}"
+    return (
+        f"{span} warm-up batch(es) per consumer (at least {least}; more while the loader "
+        "started up)"
+    )
 
 
 def _cache_words(result: ScanResult) -> str:

@@ -217,13 +217,23 @@ def _stage_table(m: Measurement, console: Console) -> None:
     _measurement_lines(m, common, end_to_end, console)
 
 
+def _warmup_text(m: Measurement) -> str:
+    """The warm-up the consumers took before their windows (none in older files)."""
+    taken = [c.warmup_batches for c in m.per_consumer if c.warmup_batches is not None]
+    if not taken:
+        return ""
+    lo, hi = min(taken), max(taken)
+    span = str(lo) if lo == hi else f"{lo} to {hi}"
+    return f", after {span} warm-up {'batch' if hi == 1 else 'batches'}"
+
+
 def _measurement_lines(m: Measurement, common: bool, end_to_end: bool, console: Console) -> None:
     """Under the stage table: the whole pass, the window its rates come from, and the counts."""
     console.print(
         f"  whole pass: {fmt_rate(m.samples_per_s)} samples/s over {fmt_s(m.wall_s)}"
         + (
             f"; window all {m.consumers} consumers measured in: {fmt_s(m.window_s)} "
-            f"({m.window_overlap:.0%} of their own), {m.window_samples:,} samples"
+            f"({m.window_overlap:.0%} of their own), {m.window_samples:,} samples" + _warmup_text(m)
             if common and m.window_overlap and m.window_samples is not None
             else f"; the consumers' windows did not overlap: rates over their span, "
             f"{fmt_s(m.window_s)} (not judged)"

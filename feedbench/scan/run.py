@@ -584,16 +584,14 @@ def unequal_batches(m: Measurement) -> str | None:
 def unsettled_warmup(m: Measurement) -> str | None:
     """The consumers whose loader was still slower than its steady pace at half the pass, when
     the warm-up (scan/warmup.py) had to stop there: their window may hold start-up."""
-    late = [c for c in m.per_consumer if c.warmup_settled is False]
-    if not late:
+    if not any(c.warmup_settled is False for c in m.per_consumer):
         return None
-    ranks = ", ".join(str(c.rank) for c in late)
-    most = max(c.warmup_batches or 0 for c in late)
+    # one warning per count and pass, whichever repeats and consumers (the JSON says which)
     return (
-        f"the loader was still starting up after {most} warm-up batches, half of the pass "
-        f"({m.consumers} consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass, repeat "
-        f"{m.repeat}; consumer {ranks}): its window may hold start-up and read slow; give each "
-        "consumer more batches (more data, a smaller --batch-size or fewer --consumers)"
+        f"the loader was still starting up at half of the pass, where the warm-up stops "
+        f"({m.consumers} consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass): its "
+        "window may hold start-up and read slow; give each consumer more batches (more data, a "
+        "smaller --batch-size or fewer --consumers)"
     )
 
 

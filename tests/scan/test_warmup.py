@@ -102,8 +102,8 @@ def test_a_loader_still_starting_up_at_half_the_pass_is_warned_of():
                     per_consumer=[_consumer(0, 3, True), _consumer(1, 5, False)])  # fmt: skip
     said = unsettled_warmup(m)
     assert said is not None and said.startswith(
-        "the loader was still starting up after 5 warm-up batches, half of the pass "
-        "(2 consumers, warm pass, repeat 2; consumer 1)"
+        "the loader was still starting up at half of the pass, where the warm-up stops "
+        "(2 consumers, warm pass): its window may hold start-up"
     )
     m.per_consumer[1].warmup_settled = True
     assert unsettled_warmup(m) is None
