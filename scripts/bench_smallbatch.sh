@@ -12,6 +12,9 @@
 #   scripts/bench_smallbatch.sh check B     # the defaults a user gets at B per GPU (64, 256):
 #                                           # REPEAT (default 3) verify runs of synthetic,
 #                                           # torch, dali, wds (~40 s a run: ~8 min for 3)
+#   scripts/bench_smallbatch.sh scans B     # scan's predicted AU for each loader at B (after
+#                                           # check B, with its results under OUT/runs/), and
+#                                           # `feedbench compare` of the two
 #
 # Environment: PY (default python3), DATA (default /tmp/fb8k), OUT (default $OUT, else
 # results/), STEPS (default 150), REPEAT. Tables: scripts/verify_table.py OUT/runs/*.json.
@@ -89,8 +92,29 @@ case "$MODE" in
       tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     done
     ;;
+  scans)  # scan's prediction at B per GPU for each loader (1 consumer, --emulate auto: gpu
+    # here), and at 64 the sleep it replaces; then `feedbench compare` against check B's verify
+    B=${2:-64}
+    for L in torch dali wds; do
+      for E in auto $([ "$B" = 64 ] && echo sleep); do
+        t0=$SECONDS
+        "$PY" -m feedbench.cli scan "$DATA" --loader "$L" --consumers 1 --profile resnet50-h200 \
+          -b "$B" --passes warm --repeat 3 --emulate "$E" --no-plots $([ "$L" = wds ] && echo --format shards) \
+          --json "$RUNS/scan-b$B-$L-$E.json" | grep -E "^(emulated|verdict|warning)|·" || true
+        echo "scan $L b$B $E: $((SECONDS - t0)) s"
+        tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+      done
+    done
+    for E in auto sleep; do
+      ls "$RUNS"/scan-b"$B"-*-"$E".json >/dev/null 2>&1 || continue
+      "$PY" -m feedbench.cli compare "$RUNS"/scan-b"$B"-*-"$E".json "$RUNS"/check-b"$B"-r*.json --passes warm \
+        --json "$RUNS/compare-b$B-$E.json" --no-plots || true
+    done
+    tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+    exit 0
+    ;;
   *)
-    echo "usage: $0 diag|check B" >&2
+    echo "usage: $0 diag|list|check B|scans B" >&2
     exit 2
     ;;
 esac

@@ -91,6 +91,16 @@ Accelerator = Annotated[
     ),
 ]
 
+Emulate = Annotated[
+    str,
+    typer.Option(
+        help="The emulated accelerator step: gpu launches real kernels of the step's length "
+        "from each consumer's main thread (a loader slowing the step then counts against AU); "
+        "sleep only waits (storage-only runs, machines without a GPU); auto: gpu where every "
+        "consumer has a GPU of its own, else sleep.",
+    ),
+]
+
 Describe = Annotated[
     str | None,
     typer.Option(
@@ -122,6 +132,7 @@ def scan(
     rate: Rate = None,
     step_time: StepTime = None,
     async_steps: AsyncSteps = False,
+    emulate: Emulate = "auto",
     target_au: o.TargetAu = None,
     find_max: FindMax = False,
     max_consumers: MaxConsumers = None,
@@ -283,10 +294,27 @@ def scan_config(options: dict):
         warmup_batches=1 if warmup is None else warmup,
         loader_options=parse_options(options.get("loader_option") or ()),
     )
+    _check_emulate(kw.get("emulate", "auto"), max(kw["consumers"]))
     given_au = kw.get("target_au") is not None
     if not given_au:
         kw["target_au"] = 0.9
     return apply_workload(ScanConfig(**kw), target_au_given=given_au)
+
+
+def _check_emulate(mode: str, consumers: int) -> None:
+    """``--emulate``: a known mode, and ``gpu`` only where each consumer has a GPU."""
+    if mode not in ("auto", "gpu", "sleep"):
+        raise FeedbenchError(f"--emulate {mode}: choose auto, gpu or sleep")
+    if mode == "gpu":
+        import torch
+
+        gpus = torch.cuda.device_count()  # NVML's count: no CUDA context before the fork
+        if consumers > gpus:
+            raise FeedbenchError(
+                f"--emulate gpu needs a GPU per consumer: {consumers} consumer"
+                f"{'s' if consumers != 1 else ''}, {gpus} GPU{'s' if gpus != 1 else ''} "
+                "here (--emulate sleep runs anywhere)"
+            )
 
 
 def write_outputs(result, target: Path, plots: bool, outputs: Outputs, wide: bool = False) -> None:

@@ -9,7 +9,15 @@ from pathlib import Path
 
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
-from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, rate_bound_text
+from feedbench.report.fmt import (
+    emulation_text,
+    fed_text,
+    fmt_bytes,
+    fmt_pct,
+    fmt_rate,
+    fmt_s,
+    rate_bound_text,
+)
 from feedbench.report.sut import system_facts
 from feedbench.scan.results import CurvePoint, Measurement, ScanResult
 from feedbench.scan.sizing import fed_at, rate_disagrees
@@ -343,6 +351,9 @@ def method(result: ScanResult) -> list[tuple[str, str]]:
         out.append(("accelerator emulated", f"{acc.get('name')}: {rate} samples/s, "
                     f"{fmt_s(acc.get('step_s'))} per batch of "
                     f"{acc.get('batch_size', cfg.get('batch_size'))}, steps {mode}"))  # fmt: skip
+        how = emulation_text(result.measurements)
+        if how:
+            out.append(("emulated step", how))
         target = result.sizing.target_au if result.sizing else cfg.get("target_au")
         out.append(("AU", "step time ÷ (step time + data wait + sync wait), per consumer; "
                     f"target {dash(target, lambda x: f'{x:.0%}')}"))  # fmt: skip

@@ -106,3 +106,20 @@ def supported_text(n: int | None, at_least: bool = False) -> str:
     if n is None:
         return "undecided" if at_least else "—"
     return f"≥ {n}" if at_least else str(n)
+
+
+def emulation_text(measurements) -> str | None:
+    """How the step was emulated, from the consumers' results: a sleep (blind to a loader
+    slowing the step), or kernels on the GPU with the step's measured cost from the loader."""
+    stats = [s for m in measurements for s in m.per_consumer if s.emulate]
+    if not stats:
+        return None
+    if all(s.emulate == "sleep" for s in stats):
+        return "a sleep (sees waiting only, not a loader slowing the step: --emulate gpu on a GPU)"
+    gpu = [s for s in stats if s.emulate == "gpu"]
+    steps = sum(max(s.batches - 1, 1) for s in gpu)  # measured steps ≈ batches after warm-up
+    extra = sum(s.step_extra_s for s in gpu) / steps
+    return (
+        f"kernels on each consumer's GPU; the loader made a step {extra * 1e3:.1f} ms longer "
+        "than alone (counted against AU)"
+    )

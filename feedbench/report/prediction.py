@@ -42,7 +42,10 @@ class Prediction:
     verify_compute_step_s: float | None  # verify's step less its data wait
     ceiling_fraction: float | None
     same_data: bool
-    difference_points: float  # |predicted − measured| data-wait share, in percentage points
+    # |AU − fraction of the ceiling| where verify ran its synthetic ceiling (the step a loader
+    # slows counts there as in the AU of --emulate gpu), else |predicted − measured| data wait;
+    # in percentage points
+    difference_points: float
     # why the scan's point is no basis for a prediction (its window too short), or None
     not_judged: str | None = None
 
@@ -111,9 +114,17 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         verify_compute_step_s=compute,
         ceiling_fraction=run.ceiling_fraction,
         same_data=_same_data(scan, run),
-        difference_points=abs(wait - run.data_wait_fraction) * 100,
+        difference_points=_difference(point.au_mean, run),
         not_judged=_short(scan, point),
     )
+
+
+def _difference(au: float, run) -> float:
+    """Points between the scan's AU and verify's fraction of its synthetic ceiling, the whole
+    loss a loader causes (waiting, and a step it slows); without a ceiling, the data waits."""
+    if run.ceiling_fraction is not None:
+        return abs(au - min(run.ceiling_fraction, 1.0)) * 100
+    return abs((1.0 - au) - run.data_wait_fraction) * 100
 
 
 def _short(scan: ScanResult, point) -> str | None:

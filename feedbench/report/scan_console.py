@@ -9,6 +9,7 @@ from rich.table import Table
 from feedbench.report.doc_scan import failed_files_lines, not_judged_text
 from feedbench.report.fmt import (
     count,
+    emulation_text,
     fed_text,
     fmt_bytes,
     fmt_pct,
@@ -50,6 +51,9 @@ def render_scan(result: ScanResult, console: Console, wide: bool = False) -> Non
             f" {fmt_s(acc['step_s'])} per batch of {acc.get('batch_size', cfg['batch_size'])}, "
             f"steps {mode}"
         )
+        how = emulation_text(result.measurements)
+        if how:
+            console.print(f"emulated step: {plain(how)}", highlight=False)
     _curve_table(result, console, wide)
     for m in _references(result):
         _stage_table(m, console)

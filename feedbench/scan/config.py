@@ -52,6 +52,7 @@ class ScanConfig:
     accelerator: str | None = None  # the workload's accelerator row (default h100)
     # shards: a loaders' index of them (made there when absent), for each shard's sample count
     index: str | None = None
+    emulate: str = "auto"  # the step: a sleep, or kernels on the GPU (feedbench.scan.emulate)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
@@ -72,6 +73,10 @@ class Plan:
     step_s: float = 0.0
     accelerator: dict[str, Any] | None = None
     warnings: list[str] = field(default_factory=list)
+    # a profile's step as the host's time launching it and the device's computing it (the
+    # step lasts the longer); without a profile neither is known: the step is the device's
+    host_s: float = 0.0
+    device_s: float | None = None
 
 
 def parse_stages(text: str) -> tuple[str, ...]:
@@ -151,9 +156,12 @@ def plan(config: ScanConfig) -> Plan:
         prof = get_profile(config.profile)
         bs = config.batch_size or prof.batch_size
         # the step of the batch asked for (the profile's own batch stays in "profile_batch_size")
-        acc = prof.as_dict() | {"step_s": prof.step_s(bs), "kind": "profile", "batch_size": bs}
+        step = prof.step_s(bs)
+        acc = prof.as_dict() | {"step_s": step, "kind": "profile", "batch_size": bs}
+        # the appetite at the batch asked: a small batch's step is the host's, not the device's
+        acc |= {"samples_per_s": bs / step, "profile_samples_per_s": prof.samples_per_s}
         acc["profile_batch_size"] = prof.batch_size
-        return Plan(bs, prof.step_s(bs), acc)
+        return Plan(bs, step, acc, host_s=prof.host_s, device_s=prof.device_s(bs))
     bs = config.batch_size or 64
     if config.rate is not None:
         if config.rate <= 0:

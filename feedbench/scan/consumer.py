@@ -5,7 +5,8 @@ semantics for image trees and data files' samples; whole shards, rank::world aft
 seeded shuffle, for tar shards). Its loader workers (torch DataLoader processes over
 :class:`~feedbench.scan.stream.StageStream`, the worker side) run the CPU stages and time each
 one; the consumer process waits for batches (the *data wait*), copies them to the GPU (transfer,
-when CUDA is present), and sleeps the emulated accelerator step. With an emulated step, steps
+when CUDA is present), and takes the emulated accelerator step (a sleep, or kernels on the GPU
+with ``--emulate gpu``: :mod:`feedbench.scan.emulate`). With an emulated step, steps
 are synchronous across consumers by default, as in DDP: a consumer also waits for the slowest
 one (the *sync wait*).
 
@@ -33,6 +34,7 @@ from torch.utils.data import DataLoader
 
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
+from feedbench.scan.emulate import GpuAccelerator, Timing
 from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
 from feedbench.scan.results import KEEP_NAMES, ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
@@ -67,6 +69,8 @@ class StepOptions:
     step_s: float = 0.0  # emulated accelerator time per batch (0: none)
     sync: bool = True  # steps synchronous across consumers (DDP) when a step is emulated
     warmup_batches: int = 1  # at least; more while the loader starts up (scan/warmup.py)
+    emulate: str = "sleep"  # emulate.MODES, resolved: "sleep" or "gpu"
+    timing: Timing | None = None  # the step's host and device time (gpu: what it launches)
     ahead: int = 1  # batches the loader can have ready (one per worker; DALI's prefetch)
 
 
@@ -93,13 +97,15 @@ class Tally:
         self.waits: list[float] = []  # data wait per measured batch
         self.step_s = self.data_wait_s = self.sync_wait_s = 0.0
         self.step_late_s = 0.0  # the emulated steps' sleep overshoot (taken off later steps)
+        self.step_extra_s = 0.0  # gpu steps' time beyond the step's idle length: the loader's
         self.steady_samples = 0
         self.steady_bytes = self.steady_files = 0  # read in the steady window (errors too)
         self.t_start = self.t_end = time.perf_counter()
         self.t_first_end: float | None = None  # the steady window's start (stop() sets it)
         self.warmup, self.settled = 0, True  # the warm-up taken (stop() decides it)
-        # every batch's step: (ready at, step ended at, data wait, sync wait, step, samples)
-        self.steps: list[tuple[float, float, float, float, float, int]] = []
+        # every batch's step: (ready at, step ended at, data wait, sync wait, step, the gpu
+        # step's extra time, samples)
+        self.steps: list[tuple[float, float, float, float, float, float, int]] = []
         # every item delivered: (delivered at, samples, bytes, files), so that the measurement
         # can count what fell inside the window all consumers share (the steady window's only,
         # after stop())
@@ -119,11 +125,12 @@ class Tally:
             self.t_first_end, self.marks = None, []
             return
         self.t_first_end = self.steps[self.warmup - 1][1] if self.warmup else self.t_start
-        for _, _, wait_s, sync_wait_s, step_s, samples in self.steps[self.warmup :]:
+        for _, _, wait_s, sync_wait_s, step_s, extra_s, samples in self.steps[self.warmup :]:
             self.waits.append(wait_s)
             self.data_wait_s += wait_s
             self.sync_wait_s += sync_wait_s
             self.step_s += step_s
+            self.step_extra_s += extra_s
             self.steady_samples += samples
         self.marks = [m for m in self.marks if m[0] > self.t_first_end]
         self.steady_bytes = sum(m[2] for m in self.marks)
@@ -163,7 +170,14 @@ class Tally:
                 self.kept_errors.append(SampleError(key, stage, msg))
 
     def count_step(
-        self, samples: int, *, t_ready: float, wait_s: float, sync_wait_s: float, step_s: float
+        self,
+        samples: int,
+        *,
+        t_ready: float,
+        wait_s: float,
+        sync_wait_s: float,
+        step_s: float,
+        extra_s: float = 0.0,
     ) -> None:
         """Count one delivered batch of ``samples`` and its step (called after the step);
         ``t_ready``: when it was ready, after the barrier. Whether it is a warm-up batch is
@@ -171,7 +185,9 @@ class Tally:
         self.batches += 1
         if self.first_batch_s is None:
             self.first_batch_s = t_ready - self.t_start
-        self.steps.append((t_ready, time.perf_counter(), wait_s, sync_wait_s, step_s, samples))
+        self.steps.append(
+            (t_ready, time.perf_counter(), wait_s, sync_wait_s, step_s, extra_s, samples)
+        )
 
     @property
     def steady_s(self) -> float | None:
@@ -361,11 +377,14 @@ def run_consumer(
     barrier = StepBarrier(group) if sync else None
     tally = Tally(stages, steps.warmup_batches, steps.ahead)
     barrier_idle_s = barrier.idle_cost() if barrier is not None else None
-    consume_batches(loader, tally, steps.step_s, copies=copies, barrier=barrier, progress=progress)
+    accelerator = make_accelerator(steps, device)
+    consume_batches(loader, tally, accelerator, copies=copies, barrier=barrier, progress=progress)
     if copies is not None:
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
+    if steps.step_s > 0:
+        stats.emulate = "gpu" if isinstance(accelerator, GpuAccelerator) else "sleep"
     if batches is None and source.expected is not None:  # counted by our reader's index
         stats.lost_samples = tally.lost_samples
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
@@ -373,10 +392,20 @@ def run_consumer(
     return stats, tally.kept_errors, raw
 
 
+def make_accelerator(steps: StepOptions, device: torch.device | None):
+    """The emulated accelerator of ``steps``: a sleep, or kernels on ``device`` (gpu)."""
+    if steps.emulate == "gpu" and steps.step_s > 0:
+        if device is None or device.type != "cuda":
+            raise RuntimeError("--emulate gpu needs a CUDA device in every consumer")
+        timing = steps.timing or Timing(host_s=0.0, device_s=steps.step_s)
+        return GpuAccelerator(timing, device)
+    return Accelerator(steps.step_s)
+
+
 def consume_batches(
     loader: Iterable[tuple[Any, BatchTimes]],
     tally: Tally,
-    step_s: float,
+    accelerator: Accelerator | GpuAccelerator | float,
     *,
     copies: Copies | None = None,
     barrier: StepBarrier | None = None,
@@ -385,7 +414,10 @@ def consume_batches(
     """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
     the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
     The loader's workers start with the clock and stop when this returns."""
-    accelerator = Accelerator(step_s)
+    if not isinstance(accelerator, (Accelerator, GpuAccelerator)):  # a step length: sleep it
+        accelerator = Accelerator(accelerator)
+    # gpu: a step longer than the same step alone is the loader's cost to it
+    idle_s = accelerator.idle_s if isinstance(accelerator, GpuAccelerator) else None
     tally.start()
     it = start_workers(loader)
     while True:
@@ -407,9 +439,11 @@ def consume_batches(
         if times.samples == 0:
             continue  # a worker's tail with only errors: not a batch
         step = accelerator.step()
+        extra = max(0.0, step - idle_s) if idle_s is not None else 0.0
         tally.count_step(
-            times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step
-        )
+            times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step,
+            extra_s=extra,
+        )  # fmt: skip
         if tally.batches == tally.minimum:
             accelerator.owed_s = 0.0  # the warm-up's late wake-ups are not the window's to pay
     tally.stop()
@@ -467,11 +501,17 @@ def consumer_stats(
         stages=stats,
         step_s=tally.step_s,
         step_late_s=tally.step_late_s,
+        step_extra_s=tally.step_extra_s,
         data_wait_s=tally.data_wait_s,
         sync_wait_s=tally.sync_wait_s,
         barrier_idle_s=barrier_idle_s,
         data_wait=percentiles(tally.waits),
-        au=accelerator_utilisation(tally.step_s, tally.data_wait_s, tally.sync_wait_s),
+        # the step's own length over it with the loader's cost to it and the waits
+        au=accelerator_utilisation(
+            tally.step_s - tally.step_extra_s,
+            tally.data_wait_s + tally.step_extra_s,
+            tally.sync_wait_s,
+        ),
     )
 
 

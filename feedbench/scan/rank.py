@@ -18,7 +18,7 @@ import torch.distributed as tdist
 
 from feedbench.core.envelope import HostInfo
 from feedbench.core.monitor import Monitor
-from feedbench.scan import cache, factory
+from feedbench.scan import cache, emulate, factory
 from feedbench.scan.batches import TrainingLoader
 from feedbench.scan.config import ScanConfig, plan
 from feedbench.scan.consumer import StepOptions, consumer_units, run_consumer
@@ -94,12 +94,15 @@ def open_consumer(
     p = plan(config)
     source, _ = open_source(config)
     device = None
-    wants_gpu = "transfer" in config.stages or config.loader is not None
+    mode = emulate.resolve(config.emulate, world) if p.step_s > 0 else "sleep"
+    wants_gpu = "transfer" in config.stages or config.loader is not None or mode == "gpu"
     if wants_gpu and torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
+    timing = emulate.Timing(host_s=p.host_s, device_s=p.device_s or p.step_s)
     ahead = loader_ahead(config.loader, config.loader_options, workers)
-    steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches, ahead=ahead)
+    steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches, mode, timing,
+                        ahead=ahead)  # fmt: skip
     loader = None
     if config.loader is not None:
         where = dict(rank=rank, world_size=world, local_rank=local_rank, workers=workers)

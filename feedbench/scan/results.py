@@ -63,6 +63,10 @@ class ConsumerStats:
     stages: list[StageStats]
     step_s: float = 0.0  # emulated accelerator time over measured (post-warm-up) steps
     step_late_s: float = 0.0  # the steps' sleep overshoot, all batches (taken off later steps)
+    # --emulate gpu: measured steps' time beyond the step's length alone (the loader's cost to
+    # it; counted against the AU), and which emulation ran ("sleep" or "gpu")
+    step_extra_s: float = 0.0
+    emulate: str | None = None
     data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
     sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier
     barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)

@@ -18,6 +18,7 @@ import pytest
         (["--passes", "hot"], r"--passes takes cold, warm \(got 'hot'\)"),
         (["--stages", "read,,decode"], r"--stages takes a comma-separated list"),
         (["--repeat", "0"], r"--repeat must be at least 1"),
+        (["--emulate", "nap"], r"--emulate nap: choose auto, gpu or sleep"),
         (["--json", "/proc/self/no/r.json"], r"cannot write results to /proc/self/no/r.json"),
     ],
 )
@@ -38,8 +39,9 @@ def test_a_profile_with_another_batch_size_shows_the_step_of_that_batch(cli, dat
     r = cli("scan", str(dataset / "images"), "-b", "4", "--profile", "resnet50-h200",
             "--no-plots", "--json", str(out))  # fmt: skip
     assert r.code == 0, r.err
-    # 4 samples at 4,700 samples/s: 851 µs per batch of 4, not the profile's batch of 256
-    assert "851 µs per batch of 4" in " ".join(r.out.split())
+    # the device's 4 / 4,700 s is 851 µs, but the host's 30.8 ms a step (the training thread
+    # launching the kernels) is the longer: a batch of 4 is not 64× faster than one of 256
+    assert "30.8 ms per batch of 4" in " ".join(r.out.split())
 
 
 def test_verify_into_a_place_it_cannot_write_is_one_line(cli, dataset):

@@ -1,0 +1,91 @@
+"""The emulated accelerator step on a real GPU (``scan --emulate gpu``).
+
+A sleep cannot see a loader slow the step it feeds; at small batches that is where the loss
+is (issue 29: the training thread launching kernels is the bottleneck, and a loader's threads,
+copies and GPU decode slow it). Here a step does what a training step does to the host and the
+device: the consumer's main thread launches real kernels (bf16 matmuls, sized by a calibration)
+spread over the profile's host time per step, and the step ends when the GPU has run them. A
+loader that takes the GIL, the cores or the GPU from it makes the step longer than the same
+step measured alone before the loop: that excess is the step's inflation, and it counts
+against the accelerator utilisation as verify's slower step does against its ceiling.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+MODES = ("auto", "gpu", "sleep")
+MATMUL_N = 2048  # one kernel ≈ 20-30 µs on an H200: a step of 14-55 ms is 500-2,500 launches
+IDLE_STEPS = 8  # steps measured alone, before the loop: the step's own length here
+
+
+def resolve(mode: str, consumers: int) -> str:
+    """The mode every consumer runs: ``auto`` is ``gpu`` where each consumer has a GPU of its
+    own (two sharing one would slow each other's steps), else ``sleep``."""
+    if mode == "auto":
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return "gpu" if 0 < consumers <= gpus else "sleep"
+    return mode
+
+
+@dataclass
+class Timing:
+    """What the emulated step is made of: the host's time launching and the device's time
+    computing, per step (the step lasts about the longer of the two)."""
+
+    host_s: float
+    device_s: float
+
+
+class GpuAccelerator:
+    """Kernels launched from this thread: ``device_s`` of matmuls per step on ``device``,
+    their launches spread over ``host_s``; the step ends when the last one has run.
+
+    ``step()`` returns the time the step took; ``idle_s`` is the median of ``IDLE_STEPS`` steps
+    taken alone (no loader running), so ``took - idle_s`` is what the loader cost the step.
+    """
+
+    def __init__(self, timing: Timing, device: torch.device) -> None:
+        self.timing, self.device = timing, device
+        self.late_s = self.owed_s = 0.0  # the sleep accelerator's fields: none owed here
+        with torch.cuda.device(device):
+            self.a = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
+            self.b = torch.randn_like(self.a)
+            self.out = torch.empty_like(self.a)
+            self.kernel_s = self._kernel_time()
+        self.launches = max(1, round(timing.device_s / self.kernel_s))
+        self.idle_s = statistics.median(self.step() for _ in range(IDLE_STEPS))
+
+    @property
+    def step_s(self) -> float:
+        return self.idle_s
+
+    def _kernel_time(self, repeats: int = 50) -> float:
+        """One matmul's device time, from CUDA events over ``repeats`` after a warm-up."""
+        for _ in range(5):
+            torch.matmul(self.a, self.b, out=self.out)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(repeats):
+            torch.matmul(self.a, self.b, out=self.out)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3 / repeats
+
+    def step(self) -> float:
+        """One step: the launches paced over the host time (busy, as a training thread is),
+        then wait for the device."""
+        t0 = time.perf_counter()
+        gap = self.timing.host_s / self.launches
+        with torch.cuda.device(self.device):
+            for i in range(self.launches):
+                torch.matmul(self.a, self.b, out=self.out)
+                due = t0 + (i + 1) * gap
+                while time.perf_counter() < due:  # the host's own work between launches
+                    pass
+            torch.cuda.current_stream().synchronize()
+        return time.perf_counter() - t0

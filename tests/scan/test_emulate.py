@@ -1,0 +1,92 @@
+"""The emulated step (issue 29): a profile's step at small batches is the host's, the step's
+mode is recorded and said, a step the loader made longer counts against AU, and the GPU step
+(marked gpu) launches real kernels of the step's length."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from feedbench.scan.consumer import Tally, accelerator_utilisation, consumer_stats
+from feedbench.scan.profiles import get_profile
+
+
+def test_a_profile_step_is_the_host_s_at_small_batches_and_the_device_s_at_large():
+    p = get_profile("resnet50-h200")
+    assert p.step_s(256) == pytest.approx(256 / 4700.0)  # device-bound: the measured rate
+    assert p.step_s(64) == pytest.approx(p.host_s) and p.host_s > 64 / 4700.0
+    assert p.step_s(8) == p.step_s(64)  # no faster than the thread launching the step
+
+
+def _tally(extra_s: float) -> Tally:
+    tally = Tally((), warmup_batches=0)
+    tally.start()
+    for _ in range(10):
+        tally.count_step(4, t_ready=0.0, wait_s=0.001, sync_wait_s=0.0, step_s=0.02 + extra_s,
+                         extra_s=extra_s)  # fmt: skip
+    tally.stop()
+    return tally
+
+
+def test_a_step_the_loader_made_longer_counts_against_au():
+    alone = consumer_stats(_tally(0.0), rank=0, stages=(), copies=None, loader_name=None,
+                           barrier_idle_s=None)  # fmt: skip
+    slowed = consumer_stats(_tally(0.01), rank=0, stages=(), copies=None, loader_name=None,
+                            barrier_idle_s=None)  # fmt: skip
+    assert alone.au == pytest.approx(0.02 / 0.021)
+    # 10 ms of the 31 ms step were the loader's: AU is the step's own 20 ms over all of it
+    assert slowed.au == pytest.approx(0.02 / 0.031)
+    assert slowed.step_extra_s == pytest.approx(0.1)
+    assert accelerator_utilisation(0.2, 0.1 + 0.01, 0.0) == pytest.approx(slowed.au)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without a GPU")
+def test_emulate_gpu_without_a_gpu_is_one_line(cli, dataset, tmp_path):
+    r = cli("scan", str(dataset / "images"), "-b", "4", "--emulate", "gpu", "--rate", "100",
+            "--no-plots", "--json", str(tmp_path / "r.json"))  # fmt: skip
+    assert r.code == 2, r.out + r.err
+    assert r.err.startswith("error: --emulate gpu needs a GPU per consumer: 1 consumer, 0 GPUs")
+    assert len(r.err.strip().splitlines()) == 1
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks auto's choice without a GPU")
+def test_auto_sleeps_without_a_gpu_and_says_what_it_cannot_see(cli, dataset, tmp_path):
+    out = tmp_path / "r.json"
+    r = cli("scan", str(dataset / "images"), "-b", "4", "--profile", "resnet50-h200",
+            "--stages", "read", "--no-plots", "--json", str(out))  # fmt: skip
+    assert r.code == 0, r.err
+    consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
+    assert [c["emulate"] for c in consumers] == ["sleep"]
+    assert consumers[0]["step_extra_s"] == 0.0
+    assert "emulated step: a sleep (sees waiting only, not a loader slowing the step" in " ".join(
+        r.out.split()
+    )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_gpu_step_alone_lasts_the_profile_s_step():
+    from feedbench.scan.emulate import GpuAccelerator, Timing
+
+    p = get_profile("resnet50-h200")
+    for batch in (64, 256):
+        timing = Timing(host_s=p.host_s, device_s=p.device_s(batch))
+        acc = GpuAccelerator(timing, torch.device("cuda", 0))
+        # calibrated kernels: the step alone within 10% of the profile's (host- or device-bound)
+        assert acc.idle_s == pytest.approx(p.step_s(batch), rel=0.10), (batch, acc.idle_s)
+        assert acc.launches > 100  # many launches a step, as training's, not one long kernel
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_auto_launches_kernels_on_a_gpu(cli, dataset, tmp_path):
+    out = tmp_path / "r.json"
+    r = cli("scan", str(dataset / "images"), "-b", "4", "--profile", "resnet50-h200",
+            "--stages", "read", "--no-plots", "--json", str(out))  # fmt: skip
+    assert r.code == 0, r.err
+    consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
+    assert [c["emulate"] for c in consumers] == ["gpu"]
+    assert "emulated step: kernels on each consumer's GPU" in " ".join(r.out.split())
