@@ -582,16 +582,18 @@ def unequal_batches(m: Measurement) -> str | None:
 
 
 def unsettled_warmup(m: Measurement) -> str | None:
-    """The consumers whose loader was still slower than its steady pace at half the pass, when
-    the warm-up (scan/warmup.py) had to stop there: their window may hold start-up."""
+    """Whether the warm-up (scan/warmup.py) stopped at half the pass before the loader was past
+    its start-up (still slower than its pace, or more batches ready than half the pass): the
+    window may hold start-up."""
     if not any(c.warmup_settled is False for c in m.per_consumer):
         return None
     # one warning per count and pass, whichever repeats and consumers (the JSON says which)
     return (
-        f"the loader was still starting up at half of the pass, where the warm-up stops "
-        f"({m.consumers} consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass): its "
-        "window may hold start-up and read slow; give each consumer more batches (more data, a "
-        "smaller --batch-size or fewer --consumers)"
+        f"the loader's start-up may be in the window ({m.consumers} "
+        f"consumer{'s' if m.consumers != 1 else ''}, {m.pass_name} pass): the warm-up stops at "
+        "half of the pass, and by then the loader was still slower than its pace or had more "
+        "batches ready than that; give each consumer more batches (more data, a smaller "
+        "--batch-size or fewer --consumers)"
     )
 
 

@@ -17,8 +17,9 @@ The rule, decided after the pass from when each batch was ready (:func:`warmup_e
 * never past a stall (one wait ≥ :data:`~feedbench.scan.sizing.STALL_FACTOR` × the pace and
   ≥ :data:`~feedbench.scan.sizing.STALL_MIN_S`): a pause amid steady batches is the storage's,
   for the window to show, not start-up;
-* never past half the pass: the pace is the second half's, and a window must remain. A loader
-  still slow there is reported as not settled (a warning), not measured as settled.
+* never past half the pass (but for ``--warmup`` itself): the pace is the second half's, and a
+  window must remain. A loader still slow there, or with more batches ready than half the pass
+  holds, is reported as not settled (a warning), not measured as settled.
 
 ``--warmup 0`` measures every batch, start-up included.
 """
@@ -54,8 +55,10 @@ def warmup_end(ready: Sequence[float], start: float, warmup: int, ahead: int) ->
     still slower than its steady pace at half the pass (the warm-up then ends there)."""
     minimum = least_warmup(warmup, ahead)
     n = len(ready)
-    if minimum <= 0 or n <= minimum:
+    if minimum <= 0 or n <= warmup:  # none asked for, or --warmup itself takes it all
         return minimum, True
+    if minimum > max(warmup, n // 2):  # more batches ready than half the pass: it may be all
+        return max(warmup, n // 2), False  # start-up; measure the rest, and say so
     t = np.concatenate([[start], np.asarray(ready, dtype=np.float64)])  # t[i]: batch i ready
     tail = n - n // 2
     pace = (t[n] - t[n - tail]) / tail  # the mean time between batches, second half

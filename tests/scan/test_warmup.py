@@ -52,8 +52,12 @@ def arrivals(gaps: list[float]) -> list[float]:
         (list(np.linspace(0.2, 0.05, 12)) + [0.01] * 8, 1, 1, (10, False)),
         # --warmup 0: every batch measured, start-up included
         ([0.3] * 3 + [0.01] * 30, 0, 1, (0, True)),
-        # no more batches than the minimum: all warm-up
+        # no more batches than --warmup: all warm-up (a scan refuses that before it starts)
         ([0.3, 0.01], 2, 1, (2, True)),
+        # 3 batches and 4 workers' batches ready: the window opens at half the pass, not settled
+        ([0.3, 0, 0], 1, 4, (1, False)),
+        # 10 batches, 8 ready: at half the pass, not settled
+        ([0.3] + [0.0] * 7 + [0.05] * 2, 1, 8, (5, False)),
         # --warmup larger than the start-up: the minimum rules
         ([0.3] + [0.01] * 30, 5, 1, (5, True)),
     ],
@@ -102,8 +106,8 @@ def test_a_loader_still_starting_up_at_half_the_pass_is_warned_of():
                     per_consumer=[_consumer(0, 3, True), _consumer(1, 5, False)])  # fmt: skip
     said = unsettled_warmup(m)
     assert said is not None and said.startswith(
-        "the loader was still starting up at half of the pass, where the warm-up stops "
-        "(2 consumers, warm pass): its window may hold start-up"
+        "the loader's start-up may be in the window (2 consumers, warm pass): the warm-up stops "
+        "at half of the pass"
     )
     m.per_consumer[1].warmup_settled = True
     assert unsettled_warmup(m) is None
