@@ -7,8 +7,9 @@ the other ranks of the machine wait for that file and map it. No collective is u
 may outlast a process group's timeout, and the ranks' order of calls stays the caller's (DDP
 semantics unchanged). The file is named for the job (the launcher's process, which every local
 rank shares, and torchrun's run and restart) and the source, in the temporary folder; local
-rank 0 removes it when it exits. Ranks that find no listing under way (a launcher that starts
-each rank from another process) list for themselves, as before.
+rank 0 removes it when it exits. Ranks that find no listing under way list for themselves: at
+once where no other process shares their parent (a rank alone, or a launcher that starts each
+rank from another process), else after waiting ``ANNOUNCE_S`` for one to announce it.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def forget(target: str) -> None:
 
 def _wait_for(target: str) -> bool:
     """Whether local rank 0 saved ``target``: waits while its listing is under way (its
-    process alive); False when none was announced within ``ANNOUNCE_S``, or it ended without."""
+    process alive); False when none was announced within ``ANNOUNCE_S``, or it ended without,
+    or at once when no process could announce it (:func:`_has_siblings`)."""
     announce, error_file = target + ".listing", target + ".error"
     deadline = time.monotonic() + ANNOUNCE_S
     pause = POLL_S
@@ -172,12 +174,23 @@ def _wait_for(target: str) -> bool:
         if os.path.exists(error_file):
             return False
         pid = _lister(announce)
-        if pid is None and time.monotonic() > deadline:
+        if pid is None and (time.monotonic() > deadline or not _has_siblings()):
             return False
         if pid is not None and not psutil.pid_exists(pid):
             return os.path.exists(target)
         time.sleep(pause)
         pause = min(pause * 1.5, POLL_MAX_S)  # a long listing: 7 ranks polling take no core
+
+
+def _has_siblings() -> bool:
+    """Whether this process's parent has another child: only one could be local rank 0 of this
+    job, whose files are named for the parent (:func:`job_path`). A rank given by its arguments
+    in a process of its own (``build_loader(..., rank=1, world_size=2)`` to look at a shard)
+    has none, and lists at once instead of waiting ``ANNOUNCE_S`` for nobody."""
+    try:
+        return any(p.pid != os.getpid() for p in psutil.Process(os.getppid()).children())
+    except psutil.Error:
+        return True  # cannot tell: wait as for a sibling
 
 
 def _lister(announce: str) -> int | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ from loaders import LoaderError, build_loader
 from loaders.data import SampleIndex, open_index
 from loaders.data.layout import locate
 from loaders.data.saved import save_layout
+from loaders.index_once import ANNOUNCE_S
 
 
 def _samples(index: SampleIndex) -> list[tuple[str, int, bytes]]:
@@ -114,3 +117,28 @@ def test_ranks_of_one_machine_list_once(dataset_copy, tmp_path):
         keys += [int(k) for k in ks]
     assert listings == [2, 0]  # local rank 0 listed for each call, rank 1 loaded its index
     assert sorted(keys) == list(range(24))  # DDP's split unchanged: every sample once
+
+
+_LONE_RANK = """
+import sys, time
+from loaders import build_loader
+start = time.monotonic()
+loader = build_loader(sys.argv[1], "torch", 4, workers=0, rank=1, world_size=2, train=False,
+                      return_keys=True)
+took = time.monotonic() - start
+print(took, *[int(k) for _, _, ks in loader for k in ks])
+"""
+
+
+def test_a_rank_alone_lists_at_once(dataset):
+    """Rank 1 of 2 built by its arguments in a process no other shares a parent with: no
+    process could be its machine's local rank 0, so it lists for itself at once rather than
+    wait a minute for an announcement (the shell keeps it from being pytest's child, which
+    may have other children)."""
+    script = f'"{sys.executable}" -c "$0" "$1"; exit $?'
+    done = subprocess.run(["sh", "-c", script, _LONE_RANK, str(dataset / "images")],
+                          capture_output=True, text=True, timeout=2 * ANNOUNCE_S)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    took, *keys = done.stdout.split()
+    assert float(took) < ANNOUNCE_S / 4  # waiting for an announcement takes ANNOUNCE_S
+    assert [int(k) for k in keys] == list(range(12, 24))  # rank 1's half, as DDP's split
