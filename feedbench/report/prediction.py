@@ -140,8 +140,16 @@ def _short(scan: ScanResult, point) -> str | None:
 
 
 def _same_data(scan: ScanResult, run) -> bool:
-    """Whether verify's run read what the scan read (the run's own source, else verify's data)."""
-    return run.source is not None and _norm(run.source) == _norm(scan.dataset.path)
+    """Whether verify's run read what the scan read (the run's own source, else verify's data):
+    a scan of a sample's root read its images/ or its shards/ folder, as its format says."""
+    from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
+
+    if run.source is None:
+        return False
+    root = _norm(scan.dataset.path)
+    folder = {"tree": SAMPLE_TREE, "shards": SAMPLE_SHARDS}.get(scan.dataset.format)
+    read = {root} | ({f"{root}/{folder}"} if folder else set())
+    return _norm(run.source) in read
 
 
 def _norm(path: str) -> str:

@@ -84,3 +84,23 @@ def test_a_scan_window_too_short_to_predict_by_is_not_judged(cli, dataset, verif
     text = " ".join(r.out.split())
     assert "not judged: the scan measured 5 batches per consumer (needs ≥ 10)" in text
     assert "n/a" in text.split("baseline at 1 GPU")[0]  # the table's agree column
+
+
+@pytest.mark.parametrize(
+    ("fmt", "source", "same"),
+    [
+        ("tree", "/d/images", True),  # a scan of a sample's root reads its images/ folder
+        ("shards", "/d/shards/", True),
+        ("tree", "/d/shards", False),  # the other folder: not what the scan read
+        ("shards", "/d", True),
+        ("tree", "/e/images", False),
+    ],
+)
+def test_a_scan_of_a_sample_root_pairs_with_verify_of_its_folder(fmt, source, same):
+    from types import SimpleNamespace
+
+    from feedbench.core.envelope import DatasetInfo
+    from feedbench.report.prediction import _same_data
+
+    scan = SimpleNamespace(dataset=DatasetInfo("/d", fmt, 1, 1, 1))
+    assert _same_data(scan, SimpleNamespace(source=source)) is same
