@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -77,15 +78,27 @@ class GpuAccelerator:
         return start.elapsed_time(end) / 1e3 / repeats
 
     def step(self) -> float:
-        """One step: the launches paced over the host time (busy, as a training thread is),
-        then wait for the device."""
+        """One step: the launches with the host's work between them, then wait for the device."""
         t0 = time.perf_counter()
-        gap = self.timing.host_s / self.launches
         with torch.cuda.device(self.device):
-            for i in range(self.launches):
-                torch.matmul(self.a, self.b, out=self.out)
-                due = t0 + (i + 1) * gap
-                while time.perf_counter() < due:  # the host's own work between launches
-                    pass
+            host_work(self._launch, self.launches, self.timing.host_s)
             torch.cuda.current_stream().synchronize()
         return time.perf_counter() - t0
+
+    def _launch(self) -> None:
+        torch.matmul(self.a, self.b, out=self.out)
+
+
+def host_work(launch: Callable[[], None], launches: int, host_s: float) -> None:
+    """``launch`` ``launches`` times, with ``host_s`` of this thread's CPU time spread over them.
+
+    CPU time, not wall time: a training thread has a fixed amount of work a step, so a loader
+    that takes its core or holds the GIL makes the step longer. Paced by the wall clock, the
+    thread would catch up after any wait and the step would hide exactly that cost."""
+    c0 = time.thread_time()
+    gap = host_s / launches
+    for i in range(launches):
+        launch()
+        due = c0 + (i + 1) * gap
+        while time.thread_time() < due:  # the host's own work between launches (GIL held)
+            pass

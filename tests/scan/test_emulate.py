@@ -90,3 +90,35 @@ def test_auto_launches_kernels_on_a_gpu(cli, dataset, tmp_path):
     consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
     assert [c["emulate"] for c in consumers] == ["gpu"]
     assert "emulated step: kernels on each consumer's GPU" in " ".join(r.out.split())
+
+
+def test_the_host_s_work_is_cpu_time_so_a_thread_holding_the_gil_makes_it_longer():
+    import threading
+    import time
+
+    from feedbench.scan.emulate import host_work
+
+    launched = []
+    c0, t0 = time.thread_time(), time.perf_counter()
+    host_work(lambda: launched.append(1), 40, 0.2)
+    assert len(launched) == 40 and time.thread_time() - c0 >= 0.2  # its own CPU time
+    alone = time.perf_counter() - t0
+
+    stop = threading.Event()
+
+    def spin() -> None:  # a loader's thread in the same process: pure Python, wants the GIL
+        while not stop.is_set():
+            pass
+
+    rival = threading.Thread(target=spin)
+    rival.start()
+    try:
+        t0 = time.perf_counter()
+        host_work(lambda: None, 40, 0.2)
+        shared = time.perf_counter() - t0
+    finally:
+        stop.set()
+        rival.join()
+    # the GIL shared with a busy thread: the same work takes about twice as long (paced by the
+    # wall clock it would take 0.2 s whatever the rival did, and hide what the loader costs)
+    assert shared >= 1.5 * 0.2 and shared >= 1.3 * alone, (alone, shared)
