@@ -66,8 +66,9 @@ def test_nothing_to_pair_is_one_line(cli, scan_json, verify_run):
 
 
 def test_a_scan_window_too_short_to_predict_by_is_not_judged(cli, dataset, verify_run, tmp_path):
-    """Two workers can have two batches ready when the window opens: 5 measured batches are
-    then under the sizing rule's 10, and the pair says so instead of agree or disagree."""
+    """Two workers can have two batches ready when the window opens: the 6 batches less the
+    warm-up (at least one per worker) are under the sizing rule's 10, and the pair says so
+    instead of agree or disagree."""
     verify_json, _ = verify_run
     scan = tmp_path / "short.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "scan", str(dataset / "images"), "--loader",
@@ -80,9 +81,13 @@ def test_a_scan_window_too_short_to_predict_by_is_not_judged(cli, dataset, verif
     r = cli("compare", str(scan), str(verify_json), "--passes", "warm", "--json", str(out))
     assert r.code == 0, r.out + r.err
     (pair,) = json.loads(out.read_text())["pairs"]
-    assert pair["not_judged"] == "the scan measured 5 batches per consumer (needs ≥ 10)"
+    (c,) = json.loads(scan.read_text())["measurements"][0]["per_consumer"]
+    measured = c["batches"] - c["warmup_batches"]
+    assert c["batches"] == 6 and 2 <= c["warmup_batches"] <= 3  # one per worker, ≤ half
+    said = f"the scan measured {measured} batches per consumer (needs ≥ 10)"
+    assert pair["not_judged"] == said
+    assert f"not judged: {said}" in " ".join(r.out.split())
     text = " ".join(r.out.split())
-    assert "not judged: the scan measured 5 batches per consumer (needs ≥ 10)" in text
     assert "n/a" in text.split("baseline at 1 GPU")[0]  # the table's agree column
 
 
