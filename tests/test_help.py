@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-COMMANDS = ["", "scan", "verify", "compare", "report", "sample"]
+COMMANDS = ["", "scan", "verify", "compare", "report", "sample", "plan"]
 
 
 @pytest.fixture

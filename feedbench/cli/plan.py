@@ -11,7 +11,7 @@ from feedbench.cli import options as o
 from feedbench.cli.app import Outputs, app, out, results_path
 
 
-@app.command(short_help="How many GPUs a scan's curve feeds at a larger count, with its band.")
+@app.command(short_help="Project a scan's curve to more GPUs, with its band.")
 def plan(
     results: Annotated[Path, typer.Argument(help="A scan results file (feedbench scan --json).")],
     rate: Annotated[

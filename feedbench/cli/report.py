@@ -18,7 +18,8 @@ def report(
     results: Annotated[
         Path,
         typer.Argument(
-            metavar="RESULTS", help="A results file: scan, verify, compare or prediction check."
+            metavar="RESULTS",
+            help="A results file: scan, verify, compare, plan or prediction check.",
         ),
     ],
     html: Annotated[

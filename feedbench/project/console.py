@@ -7,8 +7,10 @@ from rich.console import Console
 from rich.table import Table
 
 from feedbench.project.projection import Band, FitSummary, HeldOut, PassPlan, Plan
+from feedbench.report.tables import TABLE_STYLE, number_column, print_table, text_column
 
 PARAMS = {"lambda": "λ", "sigma": "σ", "kappa": "κ", "per_consumer": "per consumer", "cap": "cap"}
+LOO_NOTE = "  LOO error: leave-one-out, each count predicted from the fit to the others"
 MODELS = {"usl": "USL", "amdahl": "Amdahl (κ = 0)", "limit": "min(cap, N × per consumer)"}
 
 
@@ -34,13 +36,19 @@ def param(f: FitSummary, k: str) -> str:
 
 
 def fits_table(p: PassPlan) -> Table:
-    t = Table(title=f"scaling fits, {p.pass_name} pass (samples/s against consumers)")
-    for col in ("model", "parameters (95% interval)", "AICc", "leave-one-out error", ""):
-        t.add_column(col)
+    """The models side by side: one parameter a line (an interval is never split across
+    lines), the numbers never wrapped; only the model's name wraps on a narrow terminal."""
+    title = f"scaling fits, {p.pass_name} pass (samples/s against consumers)"
+    t = Table(title=title, title_justify="left", **TABLE_STYLE)
+    text_column(t, "model", min_width=10)
+    t.add_column("parameters [95% interval]", no_wrap=True)
+    number_column(t, "AICc")
+    number_column(t, "LOO error")
+    t.add_column("", no_wrap=True)
     for f in p.fits:
         t.add_row(
             MODELS[f.model],
-            "; ".join(param(f, k) for k in f.params),
+            "\n".join(param(f, k) for k in f.params),
             "—" if f.aicc is None else f"{f.aicc:.1f}",
             "—" if f.loo_error is None else f"{f.loo_error:.1%}",
             "chosen" if f.model == p.chosen else "",
@@ -108,7 +116,8 @@ def render_plan(plan: Plan, out: Console) -> None:
     if slowed:
         out.print(slowed, markup=False, highlight=False)
     for p in plan.passes:
-        out.print(fits_table(p))
+        print_table(out, fits_table(p))
+        out.print(LOO_NOTE, markup=False, highlight=False)
         for line in projection_lines(p, plan):
             out.print(line, markup=False, highlight=False)
         for flag in p.flags:

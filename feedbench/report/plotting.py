@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import LogFormatter
 
 from feedbench.core.files import write_atomic
 from feedbench.report.fmt import shown
@@ -58,6 +59,22 @@ def _pass_order(names: list[str]) -> list[str]:
 def _log_consumers(counts: list[int]) -> bool:
     """Whether the consumer counts span enough (×16) for a log₂ axis."""
     return bool(counts) and min(counts) > 0 and max(counts) / min(counts) >= 16
+
+
+class PlainLogFormatter(LogFormatter):
+    """A log axis's labels as plain numbers ("1,000", not 10³): the figures draw with mathtext
+    off (:func:`text_as_written`), where the default's ``$\\mathdefault{10^{3}}$`` would show as
+    its source text."""
+
+    def _num_to_string(self, x: float, vmin: float, vmax: float) -> str:
+        return f"{x:,.0f}" if abs(x) >= 1 else f"{x:.2g}"
+
+
+def log_y(ax) -> None:
+    """A log y axis labelled in plain numbers, the minor ticks too where a decade is short."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
 
 
 def _consumer_axis(ax, counts: list[int]) -> None:

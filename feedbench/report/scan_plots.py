@@ -20,6 +20,7 @@ from feedbench.report.plotting import (
     _mean,
     _pass_color,
     _pass_order,
+    log_y,
     new_figure,
     save_optional,
     text_as_written,
@@ -105,7 +106,7 @@ def _throughput_panel(ax, result: ScanResult, points: list[CurvePoint], counts: 
     _demand_line(ax, result, counts)
     ax.set_ylabel("throughput (samples/s, all consumers)")
     if _log_consumers(counts):  # a wide range: log–log keeps the small counts readable
-        ax.set_yscale("log")
+        log_y(ax)
     else:
         ax.set_ylim(bottom=0)
     ax.grid(True, which="both", alpha=0.3)
@@ -214,7 +215,7 @@ def _stage_panel(ax, stages: dict[tuple[str, str], dict[int, float]], counts: li
         )
     values = [v for by_n in stages.values() for v in by_n.values() if v > 0]
     if values and max(values) > 20 * min(values):  # log only where rates span decades
-        ax.set_yscale("log")
+        log_y(ax)
     else:
         ax.set_ylim(bottom=0)
     ax.set_ylabel("samples per busy second\n(one worker, per stage)")

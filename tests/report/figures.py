@@ -50,6 +50,11 @@ def tick_labels(ax, axis: str = "x") -> list[str]:
     return [t.get_text() for t in ticks]
 
 
+def minor_tick_labels(ax, axis: str = "y") -> list[str]:
+    ticks = ax.get_yminorticklabels() if axis == "y" else ax.get_xminorticklabels()
+    return [t.get_text() for t in ticks]
+
+
 def texts(ax) -> list[str]:
     """The annotations and texts drawn on ``ax``, in drawing order."""
     return [t.get_text() for t in ax.texts]

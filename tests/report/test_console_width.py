@@ -1,10 +1,14 @@
-"""The terminal's tables of scan, verify and compare, from real results files, in a plain
+"""The terminal's tables of scan, verify, compare and plan, from real results files, in a plain
 80-column terminal and a wide one: no number or header is cut ("…"), and the default tables fit
 the line."""
 
 from __future__ import annotations
 
+import gzip
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +18,10 @@ HEADERS = {
     "stepped": ["AU mean", "AU min", "data wait p50", "sync wait", "idle/step"],
     "verify": ["loader", "img/s", "speedup", "GPU mem", "fwd+bwd", "reduce", "slower"],
     "compare": ["system", "fed", "MB/s", "files/s", "read p99", "sizing"],
+    "plan": ["model", "parameters [95% interval]", "AICc", "LOO error"],
 }
+# a recorded scan of 1..16 consumers on the dev VM (BENCHMARKS.md, "feedbench plan on real curves")
+RECORDED_SCAN = Path(__file__).parents[2] / "benchmarks/2026-12-03-devvm-plan/scan-lat10.json.gz"
 # a number as the tables show it: 1,234 · 12.3k · 12.5% · 1.04× · 8.2 ms · 828 µs
 NUMBER = re.compile(r"\d[\d,.]*(k|%|×| ms| µs| s| GB| MB)?")
 
@@ -22,9 +29,6 @@ NUMBER = re.compile(r"\d[\d,.]*(k|%|×| ms| µs| s| GB| MB)?")
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory, scans):
     """A real comparison of the two real scans (its results file)."""
-    import subprocess
-    import sys
-
     out = tmp_path_factory.mktemp("cmpw") / "c.json"
     cmd = [sys.executable, "-m", "feedbench.cli", "compare", str(scans["local"]),
            str(scans["slow"]), "-L", "nvme", "-L", "filer", "--no-plots", "--json",
@@ -34,10 +38,24 @@ def compared(tmp_path_factory, scans):
     return out
 
 
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """A real plan (its results file) of a recorded scan: fitting a curve takes a second or two,
+    where scanning one of several counts would take minutes."""
+    out = tmp_path_factory.mktemp("planw")
+    scan = out / "scan.json"
+    scan.write_bytes(gzip.decompress(RECORDED_SCAN.read_bytes()))
+    cmd = [sys.executable, "-m", "feedbench.cli", "plan", str(scan), "--at", "32", "--rate",
+           "100", "--cost", "64000", "--no-plots", "--json", str(out / "plan.json")]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out / "plan.json"
+
+
 @pytest.fixture
-def files(scans, stepped_scan, verify_run, compared):
+def files(scans, stepped_scan, verify_run, compared, planned):
     return {"scan": scans["local"], "stepped": stepped_scan, "verify": verify_run[0],
-            "compare": compared}  # fmt: skip
+            "compare": compared, "plan": planned}  # fmt: skip
 
 
 def _table_lines(text: str) -> list[str]:
@@ -52,7 +70,7 @@ def _table_lines(text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("columns", [80, 200])
-@pytest.mark.parametrize("kind", ["scan", "stepped", "verify", "compare"])
+@pytest.mark.parametrize("kind", ["scan", "stepped", "verify", "compare", "plan"])
 def test_no_number_or_header_is_cut(cli, monkeypatch, files, kind, columns):
     monkeypatch.setenv("COLUMNS", str(columns))
     r = cli("report", str(files[kind]))

@@ -20,7 +20,15 @@ from feedbench.scan.results import (
     Verdict,
 )
 from feedbench.scan.sweep import curve_points
-from tests.report.figures import assert_png, error_bars, legend_labels, series, texts, tick_labels
+from tests.report.figures import (
+    assert_png,
+    error_bars,
+    legend_labels,
+    minor_tick_labels,
+    series,
+    texts,
+    tick_labels,
+)
 
 COUNTS = (1, 2, 4)
 PASSES = ("cold", "warm")
@@ -253,6 +261,12 @@ def test_scaling_over_a_wide_consumer_range_is_log_log():
     ax, ax_stage = plots.scaling_figure(r).axes
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
     assert ax_stage.get_xscale() == "log" and tick_labels(ax_stage) == ["1", "4", "16"]
+    # mathtext is off while the figure draws: the log axis's labels are plain numbers, not the
+    # default's "$\\mathdefault{10^{3}}$" shown as its source text
+    ax.figure.canvas.draw()
+    drawn = [t for t in tick_labels(ax, "y") + minor_tick_labels(ax) if t]
+    assert "1,000" in drawn and "10,000" in drawn, drawn
+    assert not any("$" in t or "mathdefault" in t for t in drawn), drawn
     assert series(ax)["demand of N accelerators: N × 1,200/s"] == (
         [1.0, 4.0, 16.0],
         pytest.approx([1200.0, 4800.0, 19200.0]),
