@@ -251,9 +251,10 @@ def _watch(
     return "done", None
 
 
-def _bytes_arriving(ctx, wait_s: float = 1.0) -> float:
+def _bytes_arriving(ctx, wait_s: float = 2.0) -> float:
     """Bytes/s the consumers' (and their loader workers') connections receive: two readings of
-    the kernel's counters ``wait_s`` apart. 0 where none can be read."""
+    the kernel's counters ``wait_s`` apart (2 s: slow storage may send in bursts, and a loaded
+    host may not run the sender for a second). 0 where none can be read."""
     pids = []
     for proc in ctx.processes:
         with contextlib.suppress(psutil.Error, ValueError):

@@ -131,8 +131,9 @@ def test_a_thin_overlap_is_not_judged(dataset):
                         consumers=(1,))  # fmt: skip
     result = scan(config)
     m = result.measurements[0]
-    assert m.window_overlap == 1.0 and m.per_consumer[0].common_batches == 11
+    c = m.per_consumer[0]  # 12 batches of 2, less the warm-up (longer on a busy host)
+    assert m.window_overlap == 1.0 and c.common_batches == 12 - c.warmup_batches >= 6
     assert short_window(m, result.config) is None
     m.window_overlap = 0.3
-    assert short_window(m, result.config) == (11, 5)
+    assert short_window(m, result.config) == (c.common_batches, 5)
     assert MARKS not in {s.name for s in m.stages}
