@@ -111,6 +111,27 @@ def test_the_link_checker_finds_a_missing_heading(tmp_path):
     assert anchors(page) == {"valid-run-2-core-vm-2026-12-03-issue-27", "a", "a-1"}
 
 
+def test_the_readme_diff_is_the_imagenet_examples_marked_lines():
+    """The README's diff of PyTorch's ImageNet example: its added lines are the lines
+    examples/imagenet_example.py marks ``# loaders:`` (which the tests run), the keywords the
+    README spells out passed there in ``kw``; its removed lines the samplers and DataLoaders."""
+    (diff,) = re.findall(r"```diff\n(.*?)```", README.read_text(), re.S)
+    added = [line[1:].strip() for line in diff.splitlines() if line.startswith("+")]
+    removed = "\n".join(line for line in diff.splitlines() if line.startswith("-"))
+    example = (ROOT / "examples" / "imagenet_example.py").read_text()
+    lines = example.splitlines()
+    marked = [line.split("  #")[0].strip() for line in lines if "  # loaders:" in line]
+    spelled = ", batch_size=args.batch_size, workers=args.workers)"
+    assert len(added) == len(marked) == 4
+    assert [a.replace(spelled, ", **kw)") for a in added] == marked
+    assert "kw = dict(batch_size=args.batch_size, workers=args.workers," in example
+    for gone in ("DistributedSampler(train_dataset)", "DistributedSampler(val_dataset",
+                 "train_loader = torch.utils.data.DataLoader(",
+                 "val_loader = torch.utils.data.DataLoader("):  # fmt: skip
+        assert gone in removed, gone
+    assert "loaders" not in removed
+
+
 @pytest.mark.slow  # 1–2.5 min: two samples, four scans, one CPU training run
 def test_every_readme_command_runs_on_a_sample_it_makes(tmp_path):
     commands = [c for c in bash_lines(README.read_text()) if c.startswith("feedbench ")]

@@ -24,7 +24,8 @@ from tests.loaders.test_loaders import CLASSES, COMBOS, _free_port, make_tiny
 
 IDS = [f"{b}-{k}" for b, k in COMBOS]
 # world 8 over 5 samples: a backend's tree and shards run the same sampler or raise the same error
-SMALL = [("torch", "tree"), ("wds", "shards"), ("dali", "tree")]
+# (torch over shards too: its shards' samples go through torch-tree's sampler, by sample)
+SMALL = [("torch", "tree"), ("torch", "shards"), ("wds", "shards"), ("dali", "tree")]
 WORLD, N, BATCH = 8, 5, 2
 # (train, even_batches) × drop_last: what each rank of 8 yields over 5 samples in batches of 2
 MODES = [

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from feedbench.report.fmt import fmt_rate
 from feedbench.sample import SampleSpec, make_sample
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.merge import MARKS, common_window
@@ -119,8 +120,6 @@ def test_eight_consumer_headline_is_within_its_own_window(cli, sixteen_shards, t
     last = data["measurements"][-1]
     row = re.search(r"pipeline \(total\)\s+([\d.,k]+) ", r.out)
     assert row is not None, r.out
-    from feedbench.report.fmt import fmt_rate
-
     assert row.group(1) == fmt_rate(curve[last["consumers"]]["samples_per_s_mean"])
 
 
@@ -137,3 +136,35 @@ def test_a_thin_overlap_is_not_judged(dataset):
     m.window_overlap = 0.3
     assert short_window(m, result.config) == (c.common_batches, 5)
     assert MARKS not in {s.name for s in m.stages}
+
+
+@pytest.mark.slow  # two scans, 5–15 s on the shared 2-core VM
+def test_shards_files_per_s_counts_the_shards_read_at_every_count(cli, sixteen_shards, tmp_path):
+    """A shards read scan at 1 and 2 consumers (issue 25: files/s 0.0 at N ≥ 2 though every
+    shard was read): a file is a shard, counted once when read to its end; files/s is the
+    shards in the window all consumers measured in ÷ its length, never 0 when shards were read
+    there. A batch of 5 is one 5-sample shard, so the window's files follow its batches, give or
+    take one a loader worker (a shard's end is seen with the batch after its last sample)."""
+    out = tmp_path / "f.json"
+    r = cli("scan", str(sixteen_shards), "--stages", "read", "--consumers", "1,2", "-b", "5",
+            "--workers", "1", "--wide", "--no-plots", "--json", str(out))  # fmt: skip
+    assert r.code == 0, r.out + r.err
+    data = json.loads(out.read_text())
+    shards = len(list(sixteen_shards.glob("*.tar")))
+    assert shards == 16 and data["dataset"]["files"] == shards
+    for m in data["measurements"]:
+        n = m["consumers"]
+        assert m["files"] == shards and m["failed_files"] == 0, n  # each shard once, by one
+        assert sorted(c["files"] for c in m["per_consumer"]) == [shards // n] * n
+        assert m["files_per_s"] * m["wall_s"] == pytest.approx(shards)
+        assert 0 < m["window_files"] <= shards and m["window_s"] > 0
+        assert m["steady_files_per_s"] > 0
+        assert m["steady_files_per_s"] * m["window_s"] == pytest.approx(m["window_files"])
+        assert abs(m["window_files"] - m["window_samples"] / 5) <= n, m  # one worker each
+    # the --wide scaling table's rows: N, workers, samples/s, ± std, CV, MB/s, files/s, …
+    row = r"^ *(\d) (?:✗ )?\s*1\s+[\d,.k]+\s+[\d.]+\s+[\d.]+%\s+[\d,.]+\s+(\S+)"
+    table = {int(n): cell for n, cell in re.findall(row, r.out, re.M)}
+    curve = {p["consumers"]: p["files_per_s_mean"] for p in data["curve"]}
+    assert set(curve) == set(table) == {1, 2}, r.out
+    for n, files_per_s in curve.items():
+        assert files_per_s > 0 and table[n] == fmt_rate(files_per_s) != "0.0"

@@ -4,6 +4,7 @@ end to end on local files and on a real S3 server (rclone) on loopback."""
 from __future__ import annotations
 
 import json
+import re
 import zipfile
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.workloads import SHAPES, get_shape
+from feedbench.report.fmt import fed_text, fmt_rate
 from feedbench.sample_workload import make_workload, sample_sizes
 from feedbench.scan.config import ScanConfig, apply_workload, plan
 from feedbench.scan.sources import detect
@@ -192,3 +194,43 @@ def test_a_workload_scan_prints_no_library_warning(tmp_path, workload):
     workers = json.loads((tmp_path / "w.json").read_text())["config"]["workers"]
     shared = " ".join(both.split()).count("loader workers per consumer on")
     assert shared == (1 if workers > (os.cpu_count() or 1) else 0), both
+
+
+@pytest.mark.slow  # two emulated-step scans: 8–20 s on the shared 2-core VM
+def test_a_workload_headline_is_the_captions_formula_on_the_row_it_names(cli, tmp_path):
+    """Issue 25's u3d case: "Feeds 1.3 × unet3d" where the caption's own formula gave 2.13.
+    A real unet3d scan at 1 and 2 consumers; the page's headline names a count, and its figure is
+    the caption's formula, min(N × AU ÷ target AU (at most N), samples/s ÷ (one accelerator's
+    samples/s × target AU)), on that count's row, the best of the rows."""
+    r = cli("sample", str(tmp_path / "u"), "--workload", "unet3d", "--size", "0.004")
+    assert r.code == 0, r.out + r.err
+    # batches of 1 (a 46 ms step each): 32 and 16 per consumer, enough to judge both counts
+    doc = _scan(cli, str(tmp_path / "u"), tmp_path / "u.json", "--workload", "unet3d",
+                "--consumers", "1,2", "--batch-size", "1", "--workers", "1")  # fmt: skip
+    r = cli("report", str(tmp_path / "u.json"), "--md", str(tmp_path / "u.md"))
+    assert r.code == 0, r.out + r.err
+    page = (tmp_path / "u.md").read_text()
+    head = re.search(r"\*\*Feeds ([\d.]+) × unet3d .* at AU ≥ 90% \(best at (\d) consumers?", page)
+    assert head is not None, page
+    caption = ("Accelerators fed: the smaller of N × AU ÷ target AU (at most N) and samples/s ÷ "
+               "(one accelerator's samples/s × target AU)")  # fmt: skip
+    assert caption in page
+    appetite, target = doc["accelerator"]["samples_per_s"], doc["config"]["target_au"]
+    assert (appetite, target) == (pytest.approx(7 / 0.323, rel=1e-3), 0.9)
+
+    def formula(p: dict) -> float:
+        n = p["consumers"]
+        return min(min(n, n * p["au_mean"] / target), p["samples_per_s_mean"] / appetite / target)
+
+    curve = {p["consumers"]: p for p in doc["curve"]}
+    assert set(curve) == {1, 2} and doc["sizing"]["not_judged"] == [], doc["sizing"]
+    named = curve[int(head.group(2))]
+    assert head.group(1) == fed_text(formula(named))
+    assert formula(named) == max(formula(p) for p in curve.values())
+    # the row it names shows the figures the formula took, and the same figure
+    row = re.search(rf"^\| {named['consumers']} \| cold \| ([\d.,]+) \|.*\| (\d+)% / \d+% \| "
+                    r"([\d.]+) \|", page, re.M)  # fmt: skip
+    assert row is not None, page
+    assert row.group(1) == fmt_rate(named["samples_per_s_mean"])
+    assert row.group(2) == f"{named['au_mean']:.0%}".rstrip("%")
+    assert float(row.group(3)) == pytest.approx(formula(named), abs=0.005)
