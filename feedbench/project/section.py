@@ -5,6 +5,8 @@ figures are those of ``feedbench plan SCAN``; where plan would refuse, its refus
 
 from __future__ import annotations
 
+import numpy as np
+
 from feedbench.core.errors import FeedbenchError
 from feedbench.project import projection
 from feedbench.project.console import MODELS, projection_lines, show_band
@@ -36,6 +38,9 @@ def default_plan(
     except FeedbenchError as e:
         why = str(e)
         return None, why if why.startswith(REFUSED) else f"{REFUSED}: {why}"
+    except (ValueError, np.linalg.LinAlgError) as e:  # points no fit takes (a rate of 0): the
+        # page is the scan's, and goes on without its projection
+        return None, f"{REFUSED}: the fit failed on these points ({e})"
 
 
 def rate_at_reach(p: PassPlan) -> str:

@@ -95,3 +95,10 @@ def test_the_compare_page_shows_one_projection_line_per_scan(cli, tmp_path):
         "the band"
     )
     assert few.startswith("few: no projection: cold: 3 judged consumer counts (1, 2, 4)")
+
+
+def test_points_no_fit_takes_leave_the_page_a_refusal_not_a_traceback():
+    from feedbench.project.section import one_line
+
+    zero = scan({n: [0.0, 0.0] for n in (1, 2, 4, 8)})
+    assert one_line(zero, "z.json", "cold").startswith("no projection: the fit failed on ")
