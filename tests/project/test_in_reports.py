@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from feedbench.core import envelope
 from feedbench.project.console import num
 from feedbench.report import compare
@@ -97,6 +99,7 @@ def test_the_compare_page_shows_one_projection_line_per_scan(cli, tmp_path):
     assert few.startswith("few: no projection: cold: 3 judged consumer counts (1, 2, 4)")
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # scipy's, on the way to its ValueError
 def test_points_no_fit_takes_leave_the_page_a_refusal_not_a_traceback():
     from feedbench.project.section import one_line
 
