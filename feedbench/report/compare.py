@@ -21,6 +21,7 @@ from typing import Any
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.project import section
 from feedbench.report.current_rules import load_scan
 from feedbench.report.fmt import count, fed_text, supported_text
 from feedbench.report.sut import system_facts
@@ -72,6 +73,9 @@ class Column:
     # consumer counts of this pass not judged (too few batches in the common window): shown,
     # never the best or a ranking's leader
     not_judged: list[int] = field(default_factory=list)
+    # feedbench plan's projection of this pass with its defaults, in one line (or its refusal);
+    # None: a comparison from before it was kept
+    projection: str | None = None
 
     def best(self) -> CurvePoint | None:
         judged = [p for n, p in self.points.items() if n not in self.not_judged]
@@ -200,6 +204,7 @@ def column(result: ScanResult, path: str, label: str, pass_name: str) -> Column:
         system_facts=[(what, value) for what, value in facts],
         system_flags=flags,
         not_judged=_not_judged(result, pass_name),
+        projection=section.one_line(result, str(path), pass_name),
     )
 
 

@@ -67,6 +67,9 @@ class Document:
     systems: list[SystemBlock] = field(default_factory=list)
     method: list[tuple[str, str]] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)  # verdicts, rankings: sentences
+    # the scaling projection (feedbench plan's, made from the results): lines, and what they are
+    projection: list[str] = field(default_factory=list)
+    projection_note: str = ""
     warnings: list[str] = field(default_factory=list)
     command: str = ""
     created_utc: str = ""

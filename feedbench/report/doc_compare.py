@@ -11,6 +11,11 @@ from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, comma
 from feedbench.report.fmt import fed_text, fmt_bytes, fmt_pct, fmt_rate, fmt_s, supported_text
 from feedbench.scan.results import NOT_VALID
 
+PROJECTED = (
+    "Each scan's {pass_name} pass fitted and projected by the code feedbench plan runs, with its "
+    "defaults (docs/plan.md): the chosen model's rate with its 95% band, the held-out check."
+)
+
 
 def compare_document(cmp: Comparison, source: str) -> Document:
     rows = [c for c in cmp.columns if c.system is not None]
@@ -45,6 +50,8 @@ def compare_document(cmp: Comparison, source: str) -> Document:
                 "standard deviation (over their repeats)",
             ),
         ],
+        projection=[f"{c.label}: {c.projection}" for c in cmp.columns if c.projection],
+        projection_note=PROJECTED.format(pass_name=cmp.pass_name),
         findings=[r.text for r in cmp.rankings]
         + list(cmp.summary)
         + [f"{c.label}: {c.verdict}" for c in cmp.columns if c.verdict],

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from feedbench.project.section import NOTE, default_plan, section_lines
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
 from feedbench.report.fmt import (
@@ -27,6 +28,7 @@ from feedbench.scan.sweep import curve_points, in_curve, repeat_rates
 def scan_document(result: ScanResult, source: str) -> Document:
     z = result.sizing
     facts, flags = system_facts(result)
+    plan, refused = default_plan(result, source)
     return Document(
         kind="scan",
         title=f"Can {result.dataset.path} keep the accelerators fed?",
@@ -39,6 +41,8 @@ def scan_document(result: ScanResult, source: str) -> Document:
         systems=[SystemBlock("System under test", facts, flags)],
         method=method(result),
         findings=list(result.verdict.evidence) if result.verdict else [],
+        projection=section_lines(plan) if plan else [refused or ""],
+        projection_note=NOTE.format(source=Path(source).name),
         warnings=warnings(result),
         command=command_text(result.command),
         created_utc=result.created_utc,

@@ -13,7 +13,7 @@ from rich.console import Console
 from feedbench.core import envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.project import console as plan_console
-from feedbench.project import doc_plan, projection
+from feedbench.project import doc_plan, projection, section
 from feedbench.project import plots as plan_plots
 from feedbench.report import (
     compare,
@@ -80,13 +80,16 @@ def render(kind: str, result: Any, console: Console, wide: bool = False) -> None
 
 
 def plots(kind: str, result: Any, directory: str) -> list[Path]:
-    """The command's own figures, written to ``directory``."""
+    """The command's own figures, written to ``directory`` (a scan's: with its projection)."""
     if kind == "scan":
         if not result.measurements:
             return []
         target = result.sizing.target_au if result.sizing and result.sizing.target_au else None
         target = target or result.config.get("target_au") or 0.9
-        return scan_plots.write_all(result, directory, "scan", target=target)
+        drawn = scan_plots.write_all(result, directory, "scan", target=target)
+        plan, _ = section.default_plan(result, "")  # the page's Projection, drawn as plan draws it
+        projected = plan_plots.plan_plot(plan, Path(directory) / "plan.png") if plan else None
+        return drawn + ([projected] if projected is not None else [])
     if kind == "verify":
         return verify_plots.write_plots(result, directory, "verify") if result.runs else []
     if kind == "prediction":

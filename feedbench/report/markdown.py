@@ -62,6 +62,9 @@ def to_markdown(doc: Document) -> str:
         lines += [f"> **{_text(block.title)}: {_text(flag)}**\n" if len(doc.systems) > 1
                   else f"> **{_text(flag)}**\n" for flag in block.flags]  # fmt: skip
     lines += ["## Summary", "", *table(doc.summary), ""]
+    if doc.projection:
+        lines += ["## Projection", ""] + [f"- {_text(x)}" for x in doc.projection] + [""]
+        lines += [f"_{_text(doc.projection_note)}_", ""] if doc.projection_note else []
     lines += ["## System under test", ""]
     for block in doc.systems:
         if len(doc.systems) > 1:

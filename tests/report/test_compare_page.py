@@ -36,9 +36,12 @@ def test_a_comparison_as_a_page_markdown_and_csv(cli, scans, tmp_path):
         r"delivers [\d.]+× more than filer \(.*\)",
         shown.by_class["headline"][0],
     )
-    assert shown.sections == ["answer", "summary", "charts", "system", "details", "method",
-                              "command"]  # fmt: skip
+    assert shown.sections == ["answer", "summary", "projection", "charts", "system", "details",
+                              "method", "command"]  # fmt: skip
     assert [v for tag, _, v in shown.urls if tag == "img"][0].startswith("data:image/png;base64,")
+    # a line per scan: 1 and 2 consumers are too few for plan to project
+    assert [ln.split(": no projection: cold: ")[0] for ln in shown.by_class["projected"]] == [
+        "nvme", "filer"]  # fmt: skip
     head, *rows = shown.tables[0]
     assert head[0] == "system" and "cost per accelerator fed" in head and head[-1] == "sizing"
     assert [(row[0], row[head.index("cost")]) for row in rows] == [

@@ -20,7 +20,7 @@ from feedbench.report.sut import fact_groups, slowed_flag
 from feedbench.scan.results import load
 from tests.report.pages import flat, md_table, read_csv, read_page
 
-SECTIONS = ["answer", "summary", "charts", "system", "details", "method", "command"]
+SECTIONS = ["answer", "summary", "projection", "charts", "system", "details", "method", "command"]
 
 
 def _outputs(cli, results, tmp_path, stem: str) -> tuple[str, str, str, str]:
