@@ -82,6 +82,12 @@ def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
         k, need = short
         why = f"AU not judged: {count(k, 'measured batch')} per consumer, needs ≥ {need}"
         verdict.evidence.insert(0, f"{why}; {NOT_VALID}")
+    elif short:  # the rate above is this count's own: no headline or sizing figure from it
+        k, need = short
+        verdict.evidence.append(
+            f"this count not judged: {count(k, 'measured batch')} per consumer in the window "
+            f"all measured in, needs ≥ {need}; no headline from it"
+        )
     undecided = find_max_note(result.config.get("find_max_result") or {})
     if undecided:  # its supported consumers are a lower bound, or none: say why
         verdict.evidence.insert(0, undecided)

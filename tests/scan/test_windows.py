@@ -135,6 +135,11 @@ def test_a_thin_overlap_is_not_judged(dataset):
     assert short_window(m, result.config) is None
     m.window_overlap = 0.3
     assert short_window(m, result.config) == (c.common_batches, 5)
+    # the verdict still names the count's own rate, and says it is not judged
+    from feedbench.scan.verdict import judge
+
+    said = f"this count not judged: {c.common_batches} measured batches per consumer"
+    assert any(line.startswith(said) for line in judge(result).evidence)
     assert MARKS not in {s.name for s in m.stages}
 
 
