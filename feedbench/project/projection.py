@@ -275,6 +275,10 @@ def plan_pass(result: ScanResult, pass_name: str, ask: Ask) -> tuple[PassPlan | 
     verdict = rules.check(list(pts), ask.target, broken, unjudged(result, pass_name, set(pts)))
     if verdict.refused:
         return None, verdict.refused
+    empty = [n for n, rates in pts.items() if max(rates) <= 0]
+    if empty:  # a judged window that delivered nothing: no curve through it to fit
+        counts = ", ".join(str(n) for n in empty)
+        return None, [f"nothing delivered at {counts} consumers: no curve to fit"]
     fits, flags = fit_all(pts, ask.seed)
     chosen, criterion = fitting.choose(fits)
     reach = rules.reach(list(pts))

@@ -104,4 +104,16 @@ def test_points_no_fit_takes_leave_the_page_a_refusal_not_a_traceback():
     from feedbench.project.section import one_line
 
     zero = scan({n: [0.0, 0.0] for n in (1, 2, 4, 8)})
-    assert one_line(zero, "z.json", "cold").startswith("no projection: the fit failed on ")
+    assert one_line(zero, "z.json", "cold") == (
+        "no projection: cold: nothing delivered at 1, 2, 4, 8 consumers: no curve to fit"
+    )
+
+
+def test_plan_of_rates_of_zero_is_one_error_line(cli, tmp_path):
+    path = tmp_path / "z.json"
+    envelope.save(scan({n: [0.0, 0.0] for n in (1, 2, 4, 8)}), path)
+    r = cli("plan", str(path), "--no-plots", "--json", str(tmp_path / "p.json"))
+    assert r.code == 2, r.out + r.err
+    assert r.err.strip() == (
+        "error: no projection: cold: nothing delivered at 1, 2, 4, 8 consumers: no curve to fit"
+    )
