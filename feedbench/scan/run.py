@@ -210,9 +210,15 @@ def run_count(
     if how == "interrupted":
         raise Interrupted(outcomes)
     if how == "stalled":
-        stalled = _in_flight(config, n, workers, len(outcomes), why)
-        outcomes.append(stalled)
-        m = stalled.measurement
+        last = outcomes[-1].measurement if outcomes else None
+        if last is not None:
+            _judge_failed(last)  # (as _absorb would: most of its samples failed)
+        if last is not None and last.failed:  # the consumers recorded its failure as the watch
+            m, why = last, last.failed  # gave up on them: that measurement, not a second one
+        else:
+            stalled = _in_flight(config, n, workers, len(outcomes), why)
+            outcomes.append(stalled)
+            m = stalled.measurement
         why = f"{n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass: {why}"
     if why:
         raise _CountFailed(why, outcomes)
