@@ -652,9 +652,10 @@ def outcome(result: ScanResult) -> FeedbenchError | None:
 
 def unusable(result: ScanResult) -> str | None:
     """Why a scan measured nothing usable: its data, not its storage (every sample failed from
-    the first measurement on), or None."""
+    the first measurement on), or None. Shards cut short are the storage's failure (exit 3, a
+    failed measurement), even where the cut came before a first sample was whole."""
     ms = [m for m in result.measurements if not m.partial or m.errors]
-    if ms and all(m.samples == 0 for m in ms):
+    if ms and all(m.samples == 0 for m in ms) and not any(m.failed_files for m in ms):
         cfg = result.config
         e = result.errors[0] if result.errors else None
         example = f"{os.path.basename(e.key)}: {e.message}" if e else "none recorded"
