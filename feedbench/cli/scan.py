@@ -94,8 +94,9 @@ Accelerator = Annotated[
 Emulate = Annotated[
     str,
     typer.Option(
-        help="The emulated accelerator step: gpu launches real kernels of the step's length "
-        "from each consumer's main thread (a loader slowing the step then counts against AU); "
+        help="The emulated accelerator step: gpu runs the profile's model's own training step "
+        "(resnet50-h200: ResNet-50), else real kernels of the step's length, from each "
+        "consumer's main thread (a loader slowing the step then counts against AU); "
         "sleep only waits (storage-only runs, machines without a GPU); auto: gpu where every "
         "consumer has a GPU of its own, else sleep.",
     ),

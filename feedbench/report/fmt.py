@@ -119,7 +119,20 @@ def emulation_text(measurements) -> str | None:
     gpu = [s for s in stats if s.emulate == "gpu"]
     steps = sum(max(s.batches - 1, 1) for s in gpu)  # measured steps ≈ batches after warm-up
     extra = sum(s.step_extra_s for s in gpu) / steps
+    models = {s.step_model for s in gpu if s.step_model}
+    alone = [s.step_alone_s for s in gpu if s.step_alone_s]
+    what = (
+        f"a real {'/'.join(sorted(models))} training step on each consumer's GPU"
+        if models
+        else "kernels on each consumer's GPU"
+    )
+    if alone:
+        what += (
+            f" ({min(alone) * 1e3:.1f}"
+            + (f"–{max(alone) * 1e3:.1f}" if max(alone) - min(alone) >= 5e-5 else "")
+            + " ms alone here)"
+        )
     return (
-        f"kernels on each consumer's GPU; the loader made a step {extra * 1e3:.1f} ms longer "
-        "than alone (counted against AU)"
+        f"{what}; the loader made a step {extra * 1e3:.1f} ms longer than alone "
+        "(counted against AU)"
     )

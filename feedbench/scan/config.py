@@ -77,6 +77,8 @@ class Plan:
     # step lasts the longer); without a profile neither is known: the step is the device's
     host_s: float = 0.0
     device_s: float | None = None
+    model: str = ""  # the profile's torchvision model: --emulate gpu trains it (emulate.py)
+    image_size: int = 224
 
 
 def parse_stages(text: str) -> tuple[str, ...]:
@@ -161,7 +163,8 @@ def plan(config: ScanConfig) -> Plan:
         # the appetite at the batch asked: a small batch's step is the host's, not the device's
         acc |= {"samples_per_s": bs / step, "profile_samples_per_s": prof.samples_per_s}
         acc["profile_batch_size"] = prof.batch_size
-        return Plan(bs, step, acc, host_s=prof.host_s, device_s=prof.device_s(bs))
+        return Plan(bs, step, acc, host_s=prof.host_s, device_s=prof.device_s(bs),
+                    model=prof.torch_model, image_size=prof.image_size)  # fmt: skip
     bs = config.batch_size or 64
     if config.rate is not None:
         if config.rate <= 0:

@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
-from feedbench.scan.emulate import GpuAccelerator, Timing
+from feedbench.scan.emulate import GpuAccelerator, ModelAccelerator, Timing
 from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
 from feedbench.scan.results import KEEP_NAMES, ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
@@ -384,7 +384,12 @@ def run_consumer(
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
     if steps.step_s > 0:
-        stats.emulate = "gpu" if isinstance(accelerator, GpuAccelerator) else "sleep"
+        on_gpu = isinstance(accelerator, (GpuAccelerator, ModelAccelerator))
+        stats.emulate = "gpu" if on_gpu else "sleep"
+        if on_gpu:
+            stats.step_alone_s = accelerator.idle_s
+        if isinstance(accelerator, ModelAccelerator):
+            stats.step_model = accelerator.timing.model
     if batches is None and source.expected is not None:  # counted by our reader's index
         stats.lost_samples = tally.lost_samples
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
@@ -398,6 +403,8 @@ def make_accelerator(steps: StepOptions, device: torch.device | None):
         if device is None or device.type != "cuda":
             raise RuntimeError("--emulate gpu needs a CUDA device in every consumer")
         timing = steps.timing or Timing(host_s=0.0, device_s=steps.step_s)
+        if timing.model:
+            return ModelAccelerator(timing, device)
         return GpuAccelerator(timing, device)
     return Accelerator(steps.step_s)
 
@@ -405,7 +412,7 @@ def make_accelerator(steps: StepOptions, device: torch.device | None):
 def consume_batches(
     loader: Iterable[tuple[Any, BatchTimes]],
     tally: Tally,
-    accelerator: Accelerator | GpuAccelerator | float,
+    accelerator: Accelerator | GpuAccelerator | ModelAccelerator | float,
     *,
     copies: Copies | None = None,
     barrier: StepBarrier | None = None,
@@ -414,10 +421,10 @@ def consume_batches(
     """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
     the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
     The loader's workers start with the clock and stop when this returns."""
-    if not isinstance(accelerator, (Accelerator, GpuAccelerator)):  # a step length: sleep it
-        accelerator = Accelerator(accelerator)
+    if not isinstance(accelerator, (Accelerator, GpuAccelerator, ModelAccelerator)):
+        accelerator = Accelerator(accelerator)  # a step length: sleep it
     # gpu: a step longer than the same step alone is the loader's cost to it
-    idle_s = accelerator.idle_s if isinstance(accelerator, GpuAccelerator) else None
+    idle_s = getattr(accelerator, "idle_s", None)
     tally.start()
     it = start_workers(loader)
     while True:

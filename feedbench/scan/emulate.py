@@ -8,6 +8,12 @@ spread over the profile's host time per step, and the step ends when the GPU has
 loader that takes the GIL, the cores or the GPU from it makes the step longer than the same
 step measured alone before the loop: that excess is the step's inflation, and it counts
 against the accelerator utilisation as verify's slower step does against its ceiling.
+
+Where the profile names a model torchvision has (``resnet50-h200``), the step is that model's
+own training step (forward and backward under bf16 autocast, channels_last, SGD) on a batch
+made on the GPU: its host work is the real launch thread's, whose length differs from host to
+host (run 9 in BENCHMARKS: 37.7 ms a step at 64 per GPU where run 8's host took 30.8), so a
+matmul calibration to the profile's figures would time another machine's step.
 """
 
 from __future__ import annotations
@@ -36,10 +42,14 @@ def resolve(mode: str, consumers: int) -> str:
 @dataclass
 class Timing:
     """What the emulated step is made of: the host's time launching and the device's time
-    computing, per step (the step lasts about the longer of the two)."""
+    computing, per step (the step lasts about the longer of the two); or, with ``model``, that
+    model's real training step on ``batch_size`` images of ``image_size``."""
 
     host_s: float
     device_s: float
+    model: str = ""  # a torchvision model name: train it instead of timed matmuls
+    batch_size: int = 0
+    image_size: int = 224
 
 
 class GpuAccelerator:
@@ -102,3 +112,48 @@ def host_work(launch: Callable[[], None], launches: int, host_s: float) -> None:
         due = c0 + (i + 1) * gap
         while time.thread_time() < due:  # the host's own work between launches (GIL held)
             pass
+
+
+MODEL_WARMUP = 10  # steps before the idle ones: cudnn's algorithm search, the allocator
+
+
+class ModelAccelerator:
+    """A real training step of ``timing.model`` from this thread on ``device``: forward and
+    backward under bf16 autocast (channels_last, as verify trains), SGD, then wait for the
+    GPU. ``idle_s`` is its median length alone, measured before the loop as
+    :class:`GpuAccelerator`'s."""
+
+    def __init__(self, timing: Timing, device: torch.device) -> None:
+        from feedbench.verify.worker.models import build_model
+
+        self.timing, self.device = timing, device
+        self.late_s = self.owed_s = 0.0
+        torch.backends.cudnn.benchmark = True
+        with torch.cuda.device(device):
+            model = build_model(timing.model, 1000).to(device, memory_format=torch.channels_last)
+            self.model = model
+            self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            self.loss = torch.nn.CrossEntropyLoss()
+            n, size = max(1, timing.batch_size), timing.image_size
+            self.images = torch.randn(n, 3, size, size, device=device).contiguous(
+                memory_format=torch.channels_last
+            )
+            self.labels = torch.randint(0, 1000, (n,), device=device)
+        for _ in range(MODEL_WARMUP):
+            self.step()
+        self.idle_s = statistics.median(self.step() for _ in range(IDLE_STEPS))
+
+    @property
+    def step_s(self) -> float:
+        return self.idle_s
+
+    def step(self) -> float:
+        t0 = time.perf_counter()
+        with torch.cuda.device(self.device):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = self.loss(self.model(self.images), self.labels)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            torch.cuda.current_stream().synchronize()
+        return time.perf_counter() - t0

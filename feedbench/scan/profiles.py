@@ -23,6 +23,9 @@ class Profile:
     precision: str
     source: str  # where the figure came from
     host_s: float = 0.0  # the training thread's time per step, whatever the batch (measured)
+    # a torchvision model whose own training step --emulate gpu runs (else timed matmuls)
+    torch_model: str = ""
+    image_size: int = 224
 
     def device_s(self, batch_size: int | None = None) -> float:
         return (batch_size or self.batch_size) / self.samples_per_s
@@ -52,6 +55,7 @@ PROFILES: dict[str, Profile] = {
                 "(mean 2,080: 30.8 ms a step; BENCHMARKS.md, small batches)"
             ),
             host_s=64 / 2080.0,
+            torch_model="resnet50",
         ),
     )
 }

@@ -89,7 +89,30 @@ def test_auto_launches_kernels_on_a_gpu(cli, dataset, tmp_path):
     assert r.code == 0, r.err
     consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
     assert [c["emulate"] for c in consumers] == ["gpu"]
-    assert "emulated step: kernels on each consumer's GPU" in " ".join(r.out.split())
+    # the profile names ResNet-50: its own training step, timed alone on this machine
+    assert consumers[0]["step_model"] == "resnet50" and consumers[0]["step_alone_s"] > 0
+    assert "emulated step: a real resnet50 training step on each consumer's GPU" in " ".join(
+        r.out.split()
+    )
+
+
+def test_the_emulation_text_names_the_model_and_its_step_alone():
+    from types import SimpleNamespace
+
+    from feedbench.report.fmt import emulation_text
+
+    def consumer(alone, model):
+        return SimpleNamespace(emulate="gpu", batches=11, step_extra_s=0.02, step_alone_s=alone,
+                               step_model=model)  # fmt: skip
+
+    two = [
+        SimpleNamespace(per_consumer=[consumer(0.0377, "resnet50"), consumer(0.0391, "resnet50")])
+    ]
+    text = emulation_text(two)
+    assert text.startswith("a real resnet50 training step on each consumer's GPU (37.7–39.1 ms")
+    assert "the loader made a step 2.0 ms longer than alone" in text  # 0.04 s over 20 steps
+    kernels = emulation_text([SimpleNamespace(per_consumer=[consumer(0.0308, None)])])
+    assert kernels.startswith("kernels on each consumer's GPU (30.8 ms alone here)")
 
 
 def test_the_host_s_work_is_cpu_time_so_a_thread_holding_the_gil_makes_it_longer():
