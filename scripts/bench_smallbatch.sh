@@ -15,9 +15,15 @@
 #   scripts/bench_smallbatch.sh scans B     # scan's predicted AU for each loader at B (after
 #                                           # check B, with its results under OUT/runs/), and
 #                                           # `feedbench compare` of the two
+#   scripts/bench_smallbatch.sh step B      # scripts/diag_step.py at B: conditions interleaved
+#                                           # in one training process (CONDITIONS, ROUNDS)
+#   scripts/bench_smallbatch.sh gen         # only make DATA (IMAGES images), timed
 #
-# Environment: PY (default python3), DATA (default /tmp/fb8k), OUT (default $OUT, else
-# results/), STEPS (default 150), REPEAT. Tables: scripts/verify_table.py OUT/runs/*.json.
+# Environment: PY (default python3), DATA (default /tmp/fb8k), IMAGES (default 8192: the size of
+# DATA when made here), OUT (default $OUT, else results/), STEPS (default 150), REPEAT (verify
+# repeats), SCAN_REPEAT (default 3), EMULATES (scan's --emulate modes, default "auto", plus
+# sleep at 64), TAG (names this data's results apart). Tables: scripts/verify_table.py
+# OUT/runs/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -25,12 +31,16 @@ DATA=${DATA:-/tmp/fb8k}
 OUT=${OUT:-results}
 # the run tool returns only the first few files of a call, in name order: every result goes under
 # OUT/runs/, and all of it, tarred after each run, to OUT/0-smallbatch.tar.gz (named to come first)
-RUNS=$OUT/runs
+RUNS=${RUNS:-$OUT/runs}  # RUNS=/tmp/runs keeps them across calls of a warm machine
 STEPS=${STEPS:-150}
 MODE=${1:-diag}
-mkdir -p "$RUNS"
+mkdir -p "$RUNS" "$OUT"
+TAG=${TAG:-}
 if [ ! -f "$DATA/feedbench-sample.json" ]; then
-  "$PY" -m feedbench.cli sample "$DATA" --images 8192 --seed 0 --per-shard 256 >/dev/null
+  t0=$SECONDS
+  "$PY" -m feedbench.cli sample "$DATA" --images "${IMAGES:-8192}" --seed 0 --per-shard 256 \
+    --jobs "$(nproc)" >/dev/null
+  echo "sample $DATA (${IMAGES:-8192} images): $((SECONDS - t0)) s, $(du -sh "$DATA" | cut -f1)"
 fi
 COMMON=(--gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 150 --no-plots
   --warmup 30)
@@ -87,7 +97,7 @@ case "$MODE" in
     for r in $(seq 1 "${REPEAT:-3}"); do
       t0=$SECONDS
       "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$B" --steps "$STEPS" \
-        --loader torch,dali,wds --json "$RUNS/check-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds)" || true
+        --loader torch,dali,wds --json "$RUNS/check$TAG-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds)" || true
       echo "repeat $r: $((SECONDS - t0)) s"
       tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     done
@@ -96,27 +106,38 @@ case "$MODE" in
     # here), and at 64 the sleep it replaces; then `feedbench compare` against check B's verify
     B=${2:-64}
     for L in torch dali wds; do
-      for E in auto $([ "$B" = 64 ] && echo sleep); do
+      for E in ${EMULATES:-auto $([ "$B" = 64 ] && echo sleep)}; do
         t0=$SECONDS
         "$PY" -m feedbench.cli scan "$DATA" --loader "$L" --consumers 1 --profile resnet50-h200 \
-          -b "$B" --passes warm --repeat 3 --emulate "$E" --no-plots $([ "$L" = wds ] && echo --format shards) \
-          --json "$RUNS/scan-b$B-$L-$E.json" | grep -E "^(emulated|verdict|warning)|·" || true
+          -b "$B" --passes warm --repeat "${SCAN_REPEAT:-3}" --emulate "$E" --no-plots $([ "$L" = wds ] && echo --format shards) \
+          --json "$RUNS/scan$TAG-b$B-$L-$E.json" | grep -E "^(emulated|verdict|warning)|·" || true
         echo "scan $L b$B $E: $((SECONDS - t0)) s"
         tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
       done
     done
     for E in auto sleep; do
-      ls "$RUNS"/scan-b"$B"-*-"$E".json >/dev/null 2>&1 || continue
-      "$PY" -m feedbench.cli compare "$RUNS"/scan-b"$B"-*-"$E".json "$RUNS"/check-b"$B"-r*.json --passes warm \
-        --json "$RUNS/compare-b$B-$E.json" --no-plots || true
+      ls "$RUNS"/scan"$TAG"-b"$B"-*-"$E".json >/dev/null 2>&1 || continue
+      ls "$RUNS"/check"$TAG"-b"$B"-r*.json >/dev/null 2>&1 || continue
+      "$PY" -m feedbench.cli compare "$RUNS"/scan"$TAG"-b"$B"-*-"$E".json "$RUNS"/check"$TAG"-b"$B"-r*.json \
+        --passes warm --json "$RUNS/compare$TAG-b$B-$E.json" --no-plots || true
     done
     tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     exit 0
     ;;
+  step)  # where the step goes at B: scripts/diag_step.py, conditions interleaved in one process
+    B=${2:-64}
+    "$PY" scripts/diag_step.py --data "$DATA" --batch "$B" --rounds "${ROUNDS:-3}" \
+      --steps "${STEPS:-120}" --skip "${SKIP:-15}" \
+      --conditions "${CONDITIONS:-synthetic,synthetic+load,torch,torch+pin,dali,wds,torch@8}" \
+      --out "$RUNS/step$TAG-b$B.json" 2>&1 | grep -v Warning || true
+    tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+    ;;
+  gen) ;;  # DATA made above
   *)
-    echo "usage: $0 diag|list|check B|scans B" >&2
+    echo "usage: $0 diag|list|check B|scans B|step B|gen" >&2
     exit 2
     ;;
 esac
-"$PY" scripts/verify_table.py "$RUNS"/*.json || true
+ls "$RUNS"/check*.json "$RUNS"/b*.json >/dev/null 2>&1 &&
+  { "$PY" scripts/verify_table.py "$RUNS"/check*.json "$RUNS"/b*.json 2>/dev/null || true; }
 tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true

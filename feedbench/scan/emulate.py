@@ -115,6 +115,25 @@ def host_work(launch: Callable[[], None], launches: int, host_s: float) -> None:
 
 
 MODEL_WARMUP = 10  # steps before the idle ones: cudnn's algorithm search, the allocator
+_NCCL: list = []  # the consumers' NCCL group, made once per process (a collective)
+
+
+def in_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``model`` in DistributedDataParallel over every consumer's GPU, as training runs it.
+
+    DDP's own host work (its reducer, bucket hooks, buffer broadcast) is a large part of a
+    small batch's step: ResNet-50 at 64 on one H200 took 17-26 ms a step bare and 27-35 ms in
+    DDP of one rank (BENCHMARKS, run 10). Every consumer builds its step at the same point of
+    the run, so the group's creation, a collective over the consumers' gloo group, lines up;
+    outside a process group (a consumer run alone, tests) the model stays bare."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    if not dist.is_initialized():
+        return model
+    if not _NCCL:
+        _NCCL.append(dist.new_group(backend="nccl"))
+    return DDP(model, device_ids=[device.index], process_group=_NCCL[0])
 
 
 class ModelAccelerator:
@@ -131,7 +150,7 @@ class ModelAccelerator:
         torch.backends.cudnn.benchmark = True
         with torch.cuda.device(device):
             model = build_model(timing.model, 1000).to(device, memory_format=torch.channels_last)
-            self.model = model
+            self.model = in_ddp(model, device)
             self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             self.loss = torch.nn.CrossEntropyLoss()
             n, size = max(1, timing.batch_size), timing.image_size
