@@ -16,6 +16,7 @@ from typing import Any
 import jinja2
 
 from feedbench.report.doc import Document, side_by_side
+from feedbench.report.doc_scan import Projected
 from feedbench.report.kinds import plots
 
 # what each figure shows, by the end of its file name
@@ -47,11 +48,12 @@ def _template() -> jinja2.Template:
     return env.from_string(files.joinpath("page.html").read_text(encoding="utf-8"))
 
 
-def figures(kind: str, result: Any) -> list[Embedded]:
-    """The command's own plots, drawn again from the results, as PNG data URIs."""
+def figures(kind: str, result: Any, fitted: Projected | None = None) -> list[Embedded]:
+    """The command's own plots, drawn again from the results, as PNG data URIs (a scan's
+    projection: ``fitted`` where the page fitted it already)."""
     out = []
     with tempfile.TemporaryDirectory(prefix="feedbench-report-") as d:
-        for p in plots(kind, result, d):
+        for p in plots(kind, result, d, fitted):
             data = base64.b64encode(p.read_bytes()).decode("ascii")
             uri = f"data:image/png;base64,{data}"
             out.append(Embedded(CAPTIONS.get(p.stem, p.stem), uri))

@@ -69,6 +69,24 @@ def test_the_scan_page_shows_plans_projection_band_and_held_out_check(cli, tmp_p
     assert "## Projection" in text and f"- {held}" in text
 
 
+def test_the_scan_page_fits_its_projection_once_for_text_and_figure(tmp_path, monkeypatch):
+    from feedbench.project import projection
+    from feedbench.report.export import write_exports
+    from feedbench.report.kinds import load_any
+
+    fits = []
+    fit = projection.plan
+    monkeypatch.setattr(projection, "plan", lambda *a, **k: fits.append(a[1]) or fit(*a, **k))
+    kind, result = load_any(LAT10)
+    html, md = tmp_path / "s.html", tmp_path / "s.md"
+    write_exports(kind, result, str(LAT10), html=html, md=md)
+    assert fits == [str(LAT10)]  # one fit: the page's text and its figure both draw it
+    shown = read_page(html.read_text())
+    assert shown.by_class["projected"][0].startswith("cold pass, chosen: Amdahl")
+    assert flat(CAPTIONS["plan"]) in flat(shown.text_of["charts"])
+    assert "## Projection" in md.read_text()
+
+
 def test_a_scan_with_too_few_counts_shows_plans_refusal(cli, tmp_path):
     src = _too_few(tmp_path)
     r = cli("plan", str(src), "--no-plots", "--json", str(tmp_path / "p.json"))
