@@ -1,6 +1,7 @@
 """What the scan page's Projection costs ``feedbench report SCAN --html``: the whole page's CPU
 time (process time, after one warm-up page: imports and fonts are paid once), and the parts the
-projection adds: the fits (once for the text, once for the figure) and the plan figure as a PNG.
+projection adds: the fits (once a page; before 2026-12-03, once for the text and once for the
+figure) and the plan figure as a PNG.
 
     PYTHONPATH=$PWD python scripts/bench_report_projection.py \
         benchmarks/2026-12-03-devvm-plan/scan-*.json.gz
@@ -28,6 +29,7 @@ def cpu(fn, repeats: int = 5) -> float:
 
 
 def main(paths: list[str]) -> None:
+    from feedbench.report import kinds
     from feedbench.report.export import write_exports
     from feedbench.report.kinds import load_any
 
@@ -48,7 +50,9 @@ def main(paths: list[str]) -> None:
             plan, _ = default_plan(result, path)
             png = Path(d) / "plan.png"
             drawn = cpu(lambda: plan_plot(plan, png), 3) if plan else 0.0  # noqa: B023
-            print(f"{line}; of it the fits {2 * fit:.2f} s (2 × {fit:.2f}), figure {drawn:.2f} s")
+            fits = 1 if hasattr(kinds, "fit_projection") else 2  # once a page, or text and figure
+            print(f"{line}; of it the fits {fits * fit:.2f} s ({fits} × {fit:.2f}), "
+                  f"figure {drawn:.2f} s")  # fmt: skip
 
 
 if __name__ == "__main__":

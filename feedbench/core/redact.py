@@ -49,20 +49,24 @@ def scrub(obj: Any, secrets: list[str] | None = None) -> Any:
     return map_strings(obj, lambda text: scrub_text(text, secrets))
 
 
-def map_strings(obj: Any, fn: Callable[[str], str]) -> Any:
+def map_strings(obj: Any, fn: Callable[[str], str], keep: tuple[type, ...] = ()) -> Any:
     """A copy of ``obj`` (dataclasses, dicts, lists, tuples, strings) with ``fn`` applied to
     every string, dict keys included; a string ``fn`` leaves equal stays the very object (a
-    ``str`` enum stays an enum)."""
+    ``str`` enum stays an enum). Objects of the types in ``keep`` (ones that hold no strings)
+    are taken as they are, not walked: the copy shares them."""
     if isinstance(obj, str):
         new = fn(obj)
         return obj if new == obj else new
+    if keep and isinstance(obj, keep):
+        return obj
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        changes = {f.name: map_strings(getattr(obj, f.name), fn) for f in dataclasses.fields(obj)}
+        fields = dataclasses.fields(obj)
+        changes = {f.name: map_strings(getattr(obj, f.name), fn, keep) for f in fields}
         return dataclasses.replace(obj, **changes)
     if isinstance(obj, dict):
-        return {map_strings(k, fn): map_strings(v, fn) for k, v in obj.items()}
+        return {map_strings(k, fn, keep): map_strings(v, fn, keep) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(map_strings(v, fn) for v in obj)
+        return type(obj)(map_strings(v, fn, keep) for v in obj)
     return obj
 
 

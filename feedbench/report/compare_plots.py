@@ -59,6 +59,12 @@ def _samples_panel(ax, lines: list[Line], counts: list[int]) -> None:
     ax.legend(loc="best", fontsize=8)
 
 
+def draws_demand(cmp: Comparison) -> bool:
+    """Whether :func:`compare_figure` draws the accelerators' demand: a scan with points of
+    the compared pass emulated an accelerator."""
+    return any(c.accelerator_samples_per_s and c.points for c in cmp.columns)
+
+
 def _demand_lines(ax, lines: list[Line], counts: list[int]) -> None:
     """N × one accelerator's samples/s: one black line where every scan emulated the same
     accelerator, else one dashed line per scan in its colour. The label says how many each

@@ -7,6 +7,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from feedbench.project.projection import Plan
 from feedbench.project.section import NOTE, default_plan, section_lines
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.doc import plural as _plural
@@ -24,11 +25,16 @@ from feedbench.scan.results import CurvePoint, Measurement, ScanResult
 from feedbench.scan.sizing import fed_at, rate_disagrees
 from feedbench.scan.sweep import curve_points, in_curve, repeat_rates
 
+# the scan's Projection: (the plan, None) or (None, the refusal's line)
+Projected = tuple[Plan | None, str | None]
 
-def scan_document(result: ScanResult, source: str) -> Document:
+
+def scan_document(result: ScanResult, source: str, fitted: Projected | None = None) -> Document:
+    """The scan's page; its Projection ``fitted`` where the caller fitted it already (the page's
+    figure draws the same), else fitted here."""
     z = result.sizing
     facts, flags = system_facts(result)
-    plan, refused = default_plan(result, source)
+    plan, refused = fitted if fitted is not None else default_plan(result, source)
     return Document(
         kind="scan",
         title=f"Can {result.dataset.path} keep the accelerators fed?",

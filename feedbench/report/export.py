@@ -11,7 +11,8 @@ from feedbench.core.errors import NotWritten
 from feedbench.core.files import write_atomic
 from feedbench.report import csv_export, markdown
 from feedbench.report import html as html_page
-from feedbench.report.kinds import document
+from feedbench.report.doc_scan import Projected
+from feedbench.report.kinds import document, fit_projection
 
 Target = str | os.PathLike[str] | None
 
@@ -24,17 +25,18 @@ def write_exports(
     wanted = [(name, path) for name, path in (("html", html), ("md", md), ("csv", csv)) if path]
     if not wanted:
         return []
-    doc = document(kind, result, source)
+    fitted = fit_projection(result, source) if kind == "scan" else None  # text and figure
+    doc = document(kind, result, source, fitted)
     written = []
     for name, path in wanted:
-        _write(path, _render(name, kind, result, doc, source))
+        _write(path, _render(name, kind, result, doc, source, fitted))
         written.append((name, Path(path)))
     return written
 
 
-def _render(name: str, kind: str, result: Any, doc, source: str) -> str:
+def _render(name: str, kind: str, result: Any, doc, source: str, fitted: Projected | None) -> str:
     if name == "html":
-        return html_page.page(doc, html_page.figures(kind, result), source)
+        return html_page.page(doc, html_page.figures(kind, result, fitted), source)
     return markdown.to_markdown(doc) if name == "md" else csv_export.to_csv(doc)
 
 

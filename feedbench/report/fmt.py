@@ -9,6 +9,7 @@ from typing import Any
 from rich.markup import escape
 
 from feedbench.core.redact import map_strings
+from feedbench.core.timeline import MonitorSample
 from feedbench.core.words import count, setup_text
 
 __all__ = ["count", "setup_text"]  # words for counts live in core: the verdict uses them too
@@ -33,8 +34,9 @@ def visible(text: str) -> str:
 
 def shown(result: Any) -> Any:
     """A copy of a results object with :func:`visible` applied to every string: what every
-    renderer (console, HTML, Markdown, CSV) starts from."""
-    return map_strings(result, visible)
+    renderer (console, HTML, Markdown, CSV) and figure starts from. The monitor's readings
+    (numbers only, thousands of them a measurement) are shared with ``result``, not copied."""
+    return map_strings(result, visible, keep=(MonitorSample,))
 
 
 def plain(text: Any) -> str:

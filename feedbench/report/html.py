@@ -15,24 +15,44 @@ from typing import Any
 
 import jinja2
 
+from feedbench.report import compare_plots, scan_plots
 from feedbench.report.doc import Document, side_by_side
-from feedbench.report.kinds import plots
+from feedbench.report.doc_scan import Projected
+from feedbench.report.kinds import fit_projection, plots
 
-# what each figure shows, by the end of its file name
+# what each figure shows, by the end of its file name; "{demand}" is DEMAND's clause where the
+# figure draws the accelerators' demand (the results hold an accelerator's rate), else nothing
 CAPTIONS = {
-    "scan-scaling": "Throughput against consumers (mean ± std over repeats), with the "
-    "accelerators' demand: N × one accelerator's samples/s. Below: each stage's own rate.",
+    "scan-scaling": "Throughput against consumers (mean ± std over repeats){demand}. Below: "
+    "each stage's own rate.",
     "scan-au": "Accelerator utilisation against consumers, mean and worst consumer, with the "
     "target AU.",
     "scan-timeline": "Resources during every measurement, one after another: CPU cores busy, "
     "disk and network MB/s (and GPU when present).",
-    "compare-scaling": "Samples/s and MB/s against consumers, one line per system, with the "
-    "accelerators' demand: N × one accelerator's samples/s.",
+    "compare-scaling": "Samples/s and MB/s against consumers, one line per system{demand}.",
     "verify-scaling": "Training images/s against ranks, per loader, with the synthetic ceiling.",
     "verify-breakdown": "Where each training step's time goes, per loader and rank count.",
     "plan": "Measured aggregate samples/s (mean, min–max over repeats), the chosen model's "
-    "curve with its 95% band to 4× the largest count, the demand of N accelerators, the knee.",
+    "curve with its 95% band to 4× the largest count{demand}, the knee.",
 }
+_DEMAND_LINE = ", with the accelerators' demand: N × one accelerator's samples/s"
+DEMAND = {"scan-scaling": _DEMAND_LINE, "compare-scaling": _DEMAND_LINE,
+          "plan": ", the demand of N accelerators"}  # fmt: skip
+
+
+def caption(stem: str, demand: bool) -> str:
+    """What the figure ``stem`` shows: the accelerators' demand named only where it is drawn."""
+    return CAPTIONS.get(stem, stem).replace("{demand}", DEMAND.get(stem, "") if demand else "")
+
+
+def _demand_drawn(kind: str, result: Any, fitted: Projected | None) -> dict[str, bool]:
+    """Which figures draw the accelerators' demand, by the rule each figure draws it by."""
+    plan = result if kind == "plan" else fitted[0] if fitted is not None else None
+    return {
+        "scan-scaling": kind == "scan" and scan_plots.accelerator_rate(result) is not None,
+        "compare-scaling": kind == "compare" and compare_plots.draws_demand(result),
+        "plan": plan is not None and plan.demand is not None,
+    }
 
 
 @dataclass
@@ -47,14 +67,18 @@ def _template() -> jinja2.Template:
     return env.from_string(files.joinpath("page.html").read_text(encoding="utf-8"))
 
 
-def figures(kind: str, result: Any) -> list[Embedded]:
-    """The command's own plots, drawn again from the results, as PNG data URIs."""
+def figures(kind: str, result: Any, fitted: Projected | None = None) -> list[Embedded]:
+    """The command's own plots, drawn again from the results, as PNG data URIs (a scan's
+    projection: ``fitted`` where the page fitted it already, else fitted here)."""
+    if kind == "scan" and fitted is None:
+        fitted = fit_projection(result, "")
+    demand = _demand_drawn(kind, result, fitted)
     out = []
     with tempfile.TemporaryDirectory(prefix="feedbench-report-") as d:
-        for p in plots(kind, result, d):
+        for p in plots(kind, result, d, fitted):
             data = base64.b64encode(p.read_bytes()).decode("ascii")
             uri = f"data:image/png;base64,{data}"
-            out.append(Embedded(CAPTIONS.get(p.stem, p.stem), uri))
+            out.append(Embedded(caption(p.stem, demand.get(p.stem, False)), uri))
     return out
 
 

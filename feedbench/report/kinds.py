@@ -30,6 +30,7 @@ from feedbench.report import (
 )
 from feedbench.report.current_rules import load_scan
 from feedbench.report.doc import Document
+from feedbench.report.doc_scan import Projected
 from feedbench.report.fmt import shown
 from feedbench.scan import results as scan_results
 from feedbench.verify import results as verify_results
@@ -79,15 +80,23 @@ def render(kind: str, result: Any, console: Console, wide: bool = False) -> None
         KINDS[kind][1](result, console)
 
 
-def plots(kind: str, result: Any, directory: str) -> list[Path]:
-    """The command's own figures, written to ``directory`` (a scan's: with its projection)."""
+def fit_projection(result: scan_results.ScanResult, source: str) -> Projected:
+    """What ``feedbench plan`` makes of a scan by default: fitted once for a page's text
+    (:func:`document`) and its figure (:func:`plots`)."""
+    return section.default_plan(shown(result), source)
+
+
+def plots(kind: str, result: Any, directory: str, fitted: Projected | None = None) -> list[Path]:
+    """The command's own figures, written to ``directory`` (a scan's: with its projection,
+    ``fitted`` where the page fitted it already)."""
     if kind == "scan":
         if not result.measurements:
             return []
         target = result.sizing.target_au if result.sizing and result.sizing.target_au else None
         target = target or result.config.get("target_au") or 0.9
         drawn = scan_plots.write_all(result, directory, "scan", target=target)
-        plan, _ = section.default_plan(result, "")  # the page's Projection, drawn as plan draws it
+        # the page's Projection, drawn as plan draws it
+        plan, _ = fitted if fitted is not None else section.default_plan(result, "")
         projected = plan_plots.plan_plot(plan, Path(directory) / "plan.png") if plan else None
         return drawn + ([projected] if projected is not None else [])
     if kind == "verify":
@@ -101,11 +110,13 @@ def plots(kind: str, result: Any, directory: str) -> list[Path]:
     return [p] if p is not None else []
 
 
-def document(kind: str, result: Any, source: str) -> Document:
+def document(kind: str, result: Any, source: str, fitted: Projected | None = None) -> Document:
     """The results as a document (answer, summary table, system, method, command): what the
-    HTML page, the Markdown and the CSV lay out."""
-    build = {"scan": doc_scan.scan_document, "verify": doc_verify.verify_document,
-             "compare": doc_compare.compare_document,
+    HTML page, the Markdown and the CSV lay out (a scan's with its projection ``fitted``
+    where the page fitted it already)."""
+    if kind == "scan":  # names from the data: control characters visible
+        return doc_scan.scan_document(shown(result), source, fitted)
+    build = {"verify": doc_verify.verify_document, "compare": doc_compare.compare_document,
              "prediction": prediction.prediction_document,
              "plan": doc_plan.plan_document}[kind]  # fmt: skip
     return build(shown(result), source)  # names from the data: control characters visible

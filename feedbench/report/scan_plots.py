@@ -46,7 +46,7 @@ def _by_pass(points: list[CurvePoint]) -> dict[str, list[CurvePoint]]:
     return {name: sorted(out[name], key=lambda p: p.consumers) for name in order}
 
 
-def _accelerator_rate(result: ScanResult) -> float | None:
+def accelerator_rate(result: ScanResult) -> float | None:
     """Samples/s one emulated accelerator consumes, when the result says so."""
     acc = result.accelerator or {}
     rate = acc.get("rate") or acc.get("samples_per_s")
@@ -185,7 +185,7 @@ def _pass_lines(ax, name: str, pts: list[CurvePoint], color: str) -> None:
 
 def _demand_line(ax, result: ScanResult, counts: list[int]) -> None:
     """N × the accelerator's rate, when the result names one."""
-    rate = _accelerator_rate(result)
+    rate = accelerator_rate(result)
     if rate is None:
         return
     profile = (result.accelerator or {}).get("name")

@@ -8,7 +8,6 @@ what was measured.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import os
@@ -19,15 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
-
-from feedbench.core import sockets
 from feedbench.core.envelope import DatasetInfo, envelope, unfinished
 from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.listing import skipped_files, skipped_warning
 from feedbench.core.supervise import (
     Interrupted,
-    Watchdog,
     children_die_with_parent,
     die_with_parent,
     environ,
@@ -54,7 +49,10 @@ from feedbench.scan.sizing import (
 from feedbench.scan.sources import Source, shared_listing
 from feedbench.scan.sweep import curve, find_max, max_consumers_default
 from feedbench.scan.verdict import judge
+from feedbench.scan.watch import in_flight, slow_warning, watch
 from loaders.dist import default_workers
+
+_in_flight = in_flight  # torchrun.py imports it from here; it may import from watch instead
 
 
 def _spawned(
@@ -191,7 +189,7 @@ def run_count(
                 join=False,
                 start_method=START_METHOD,
             )
-        how, why = _watch(ctx, config, done_bytes, beats, phases, on_progress, slow)
+        how, why = watch(ctx, config, done_bytes, beats, phases, on_progress, slow)
     except KeyboardInterrupt:  # as they started: they are ended below, the count interrupted
         pass
     finally:
@@ -203,7 +201,7 @@ def run_count(
             outcomes = pickle.load(f)
         os.unlink(out_path)
     if slow and outcomes:
-        outcomes[-1].warnings.append(_slow_warning(n, slow, config))
+        outcomes[-1].warnings.append(slow_warning(n, slow, config))
     error = _user_loader_error(out_path)
     if error is not None and how == "failed":
         raise error
@@ -216,87 +214,13 @@ def run_count(
         if last is not None and last.failed:  # the consumers recorded its failure as the watch
             m, why = last, last.failed  # gave up on them: that measurement, not a second one
         else:
-            stalled = _in_flight(config, n, workers, len(outcomes), why)
+            stalled = in_flight(config, n, workers, len(outcomes), why)
             outcomes.append(stalled)
             m = stalled.measurement
         why = f"{n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass: {why}"
     if why:
         raise _CountFailed(why, outcomes)
     return outcomes
-
-
-def _watch(
-    ctx, config: ScanConfig, done_bytes, beats, phases, on_progress, slow: list[float]
-) -> tuple[str, str | None]:
-    """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
-    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled; one
-    whose connections receive bytes is slow, not stalled (the rates go to ``slow``)."""
-    import torch.multiprocessing as mp
-
-    from feedbench.scan.rank import READING
-
-    dog = Watchdog(len(done_bytes), config.stall_timeout_s)
-    try:
-        while not ctx.join(timeout=0.5):
-            if on_progress is not None:
-                on_progress(sum(done_bytes))
-            busy = [p != READING for p in phases]
-            if dog.check(list(zip(done_bytes, beats, strict=True)), busy):
-                rate = _bytes_arriving(ctx)
-                if rate > 0:  # slow, not stopped: a batch is on its way
-                    slow.append(rate)
-                    dog.poke()
-                    continue
-                return "stalled", _stall_message(dog, config)
-    except KeyboardInterrupt:
-        return "interrupted", None
-    except mp.ProcessRaisedException as e:
-        return "failed", f"consumer {e.error_index} failed: {_last_line(str(e))}"
-    except mp.ProcessExitedException as e:
-        return "failed", f"consumer {e.error_index} died (exit code {e.exit_code})"
-    return "done", None
-
-
-def _bytes_arriving(ctx, wait_s: float = 2.0) -> float:
-    """Bytes/s the consumers' (and their loader workers') connections receive: two readings of
-    the kernel's counters ``wait_s`` apart (2 s: slow storage may send in bursts, and a loaded
-    host may not run the sender for a second). 0 where none can be read."""
-    pids = []
-    for proc in ctx.processes:
-        with contextlib.suppress(psutil.Error, ValueError):
-            top = psutil.Process(proc.pid)
-            pids += [top.pid, *(c.pid for c in top.children(recursive=True))]
-    before = sockets.received(pids, [os.getpid()])
-    if before is None:
-        return 0.0
-    time.sleep(wait_s)
-    after = sockets.received(pids, [os.getpid()])
-    return 0.0 if after is None else sockets.arrived(before, after) / wait_s
-
-
-def _slow_warning(n: int, rates: list[float], config: ScanConfig) -> str:
-    """The storage was slow, not stopped: how often the watch waited on it, at what rate."""
-    return (
-        f"slow storage, not stopped ({n} consumer{'s' if n != 1 else ''}): {len(rates)} time"
-        f"{'s' if len(rates) != 1 else ''} no batch came within --stall-timeout "
-        f"{config.stall_timeout_s:g} s while bytes arrived, at {min(rates) / 1e3:,.1f} KB/s at "
-        "the slowest; waited for, and its rates count the wait"
-    )
-
-
-def _stall_message(dog: Watchdog, config: ScanConfig) -> str:
-    (first, silent_s), *_ = dog.silent()
-    if is_user_spec(config.loader):  # the user's loader may hang on its own, storage or not
-        return (
-            f"stalled: no consumer took a batch from the loader {config.loader} for "
-            f"{silent_s:.0f} s (consumer {first} the longest): the loader, or the storage it "
-            f"reads, hangs (--stall-timeout {config.stall_timeout_s:g})"
-        )
-    return (
-        f"stalled: no consumer read a byte or took a batch for {silent_s:.0f} s (consumer "
-        f"{first} the longest) reading {config.path}; the storage stopped answering "
-        f"(--stall-timeout {config.stall_timeout_s:g})"
-    )
 
 
 def _end(ctx, tag: str, grace_s: float = 5.0) -> bool:
@@ -326,33 +250,10 @@ def _end_all(ctx, tag: str, grace_s: float) -> None:
     reap(tag, grace_s=2.0, groups=[p.pid for p in ctx.processes])
 
 
-def _in_flight(config: ScanConfig, n: int, workers: int, done: int, why: str) -> RankOutcome:
-    """The measurement a stall stopped, recorded as failed (no rate)."""
-    from feedbench.scan.results import CacheState, Measurement
-
-    pass_name = config.passes[min(done // config.repeat, len(config.passes) - 1)]
-    m = Measurement(
-        consumers=n, workers=workers, pass_name=pass_name, repeat=done % config.repeat + 1,
-        samples=0, files=0, read_bytes=0, errors=0, batches=0, wall_s=0.0, first_batch_s=None,
-        samples_per_s=0.0, steady_samples_per_s=None, mb_per_s=0.0, files_per_s=0.0, stages=[],
-        cache=CacheState(pass_name, None), partial=True, failed=why,
-    )  # fmt: skip
-    return RankOutcome(m, [], [])
-
-
 class _CountFailed(MeasurementFailed):
     def __init__(self, message: str, outcomes: list[RankOutcome]) -> None:
         super().__init__(message)
         self.outcomes = outcomes
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    last = lines[-1] if lines else text
-    for prefix in ("feedbench.core.errors.FeedbenchError: ", "FeedbenchError: "):
-        if last.startswith(prefix):
-            return last[len(prefix) :]
-    return last
 
 
 NO_PATH = "no data path given: the page cache was left as it was (a cold pass may be warm)"

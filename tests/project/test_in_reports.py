@@ -12,8 +12,8 @@ from feedbench.core import envelope
 from feedbench.project.console import num
 from feedbench.report import compare
 from feedbench.report.doc_compare import compare_document
-from feedbench.report.html import CAPTIONS, page
-from tests.project.scans import scan
+from feedbench.report.html import caption, figures, page
+from tests.project.scans import scan, usl_rates
 from tests.report.pages import flat, read_page
 
 RECORDED = Path(__file__).resolve().parents[2] / "benchmarks" / "2026-12-03-devvm-plan"
@@ -64,9 +64,43 @@ def test_the_scan_page_shows_plans_projection_band_and_held_out_check(cli, tmp_p
     assert held in lines
     assert lines[-1].startswith("clients: one client measured")
     # the plan's figure among the page's, and the same lines in the Markdown
-    assert flat(CAPTIONS["plan"]) in flat(shown.text_of["charts"])
+    assert flat(caption("plan", demand=False)) in flat(shown.text_of["charts"])
     text = md.read_text()
     assert "## Projection" in text and f"- {held}" in text
+
+
+def test_the_scan_page_fits_its_projection_once_for_text_and_figure(tmp_path, monkeypatch):
+    from feedbench.project import projection
+    from feedbench.report.export import write_exports
+    from feedbench.report.kinds import load_any
+
+    fits = []
+    fit = projection.plan
+    monkeypatch.setattr(projection, "plan", lambda *a, **k: fits.append(a[1]) or fit(*a, **k))
+    kind, result = load_any(LAT10)
+    html, md = tmp_path / "s.html", tmp_path / "s.md"
+    write_exports(kind, result, str(LAT10), html=html, md=md)
+    assert fits == [str(LAT10)]  # one fit: the page's text and its figure both draw it
+    shown = read_page(html.read_text())
+    assert shown.by_class["projected"][0].startswith("cold pass, chosen: Amdahl")
+    assert flat(caption("plan", demand=False)) in flat(shown.text_of["charts"])
+    assert "## Projection" in md.read_text()
+
+
+@pytest.mark.parametrize("appetite", [None, 100.0])
+def test_captions_name_the_accelerators_demand_only_where_the_figure_draws_it(appetite, tmp_path):
+    """A scan with no accelerator (no --profile, --rate or --step-time) has no demand to draw:
+    its captions do not promise one."""
+    result = scan(usl_rates([1, 2, 4, 8, 16], 150.0, 0.05, 0.002, 0.03, seed=2), appetite)
+    got = [f.caption for f in figures("scan", result)]
+    demand = appetite is not None
+    assert got == [caption("scan-scaling", demand), caption("plan", demand)]
+    assert all(("demand" in c) is demand for c in got), got
+    envelope.save(result, tmp_path / "s.json")
+    cmp = compare.compare([str(tmp_path / "s.json")] * 2, ["a", "b"])
+    (fig,) = figures("compare", cmp)
+    assert fig.caption == caption("compare-scaling", demand)
+    assert ("demand" in fig.caption) is demand
 
 
 def test_a_scan_with_too_few_counts_shows_plans_refusal(cli, tmp_path):

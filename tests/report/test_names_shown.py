@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 import shutil
 
-from feedbench.report.fmt import visible
+from feedbench.report.fmt import shown, visible
+from tests.report.test_plots import make_result
 
 FORGED = "x.jpg\nverdict: storage-bound (FAKE)\nerror: forged.jpg"
 COLOURED = "y\x1b[31mRED\x1b[0m<script>alert(1)<[bold]B.jpg"  # no '/': it names a file
@@ -21,6 +22,20 @@ def test_visible_writes_every_control_character_as_its_escape():
         "a\\x1b[0m\\r\\t\\x00\\x7f\\x85\\u2028\\u202eb"
     )
     assert visible("plain · ≥ 4 × μs") == "plain · ≥ 4 × μs"
+
+
+def test_shown_escapes_a_timeline_label_and_shares_its_readings():
+    """The monitor's readings hold numbers only: shown() takes them as they are, not copied
+    (thousands a measurement: copying them cost most of a figure's time)."""
+    result = make_result(gpus=2)
+    result.measurements[0].monitor.label = FORGED
+    out = shown(result)
+    assert out is not result and out.measurements[0] is not result.measurements[0]
+    assert out.measurements[0].monitor.label == visible(FORGED)
+    assert result.measurements[0].monitor.label == FORGED  # the result itself as it was
+    for m, original in zip(out.measurements, result.measurements, strict=True):
+        assert m.monitor.samples == original.monitor.samples
+        assert all(a is b for a, b in zip(m.monitor.samples, original.monitor.samples, strict=True))
 
 
 def _forged_lines(text: str) -> list[str]:

@@ -52,18 +52,22 @@ def test_emulate_gpu_without_a_gpu_is_one_line(cli, dataset, tmp_path):
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks auto's choice without a GPU")
-def test_auto_sleeps_without_a_gpu_and_says_what_it_cannot_see(cli, dataset, tmp_path):
+def _auto_scan(cli, dataset, tmp_path) -> tuple[list[dict], str]:
+    """A read scan with resnet50-h200's step, its mode left to auto: (the first measurement's
+    consumers, the terminal's output on one line)."""
     out = tmp_path / "r.json"
     r = cli("scan", str(dataset / "images"), "-b", "4", "--profile", "resnet50-h200",
             "--stages", "read", "--no-plots", "--json", str(out))  # fmt: skip
     assert r.code == 0, r.err
-    consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
+    return json.loads(out.read_text())["measurements"][0]["per_consumer"], " ".join(r.out.split())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks auto's choice without a GPU")
+def test_auto_sleeps_without_a_gpu_and_says_what_it_cannot_see(cli, dataset, tmp_path):
+    consumers, out = _auto_scan(cli, dataset, tmp_path)
     assert [c["emulate"] for c in consumers] == ["sleep"]
     assert consumers[0]["step_extra_s"] == 0.0
-    assert "emulated step: a sleep (sees waiting only, not a loader slowing the step" in " ".join(
-        r.out.split()
-    )
+    assert "emulated step: a sleep (sees waiting only, not a loader slowing the step" in out
 
 
 @pytest.mark.gpu
@@ -83,17 +87,11 @@ def test_the_gpu_step_alone_lasts_the_profile_s_step():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_auto_launches_kernels_on_a_gpu(cli, dataset, tmp_path):
-    out = tmp_path / "r.json"
-    r = cli("scan", str(dataset / "images"), "-b", "4", "--profile", "resnet50-h200",
-            "--stages", "read", "--no-plots", "--json", str(out))  # fmt: skip
-    assert r.code == 0, r.err
-    consumers = json.loads(out.read_text())["measurements"][0]["per_consumer"]
+    consumers, out = _auto_scan(cli, dataset, tmp_path)
     assert [c["emulate"] for c in consumers] == ["gpu"]
     # the profile names ResNet-50: its own training step, timed alone on this machine
     assert consumers[0]["step_model"] == "resnet50" and consumers[0]["step_alone_s"] > 0
-    assert "emulated step: a real resnet50 training step on each consumer's GPU" in " ".join(
-        r.out.split()
-    )
+    assert "emulated step: a real resnet50 training step on each consumer's GPU" in out
 
 
 def test_the_emulation_text_names_the_model_and_its_step_alone():

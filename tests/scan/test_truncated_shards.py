@@ -21,16 +21,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextlib.contextmanager
-def cutting_http(root: Path, cut: threading.Event | None = None):
+def cutting_http(root: Path, cut: threading.Event | None = None, keep: int | None = None):
     """A real web server over ``root`` that announces each file's full length but sends only
-    its first half, then closes the connection (once ``cut`` is set, if given)."""
+    its first half (its first ``keep`` bytes, if given), then closes the connection (once
+    ``cut`` is set, if given)."""
 
     class Handler(http.server.SimpleHTTPRequestHandler):
         def copyfile(self, source, outputfile):
             if cut is not None and not cut.is_set():
                 return super().copyfile(source, outputfile)
             data = source.read()
-            outputfile.write(data[: len(data) // 2])
+            outputfile.write(data[: len(data) // 2 if keep is None else keep])
             outputfile.flush()
             self.close_connection = True
 
@@ -72,6 +73,35 @@ def test_shards_cut_short_fail_the_scan_and_say_how_much_arrived(dataset, tmp_pa
     assert "4 shards failed before the end (cut short or corrupt; 1 consumer, cold" in line
     assert all(name.rsplit("/", 1)[1] in proc.stdout for name in sent)
     _reports_name_them_escaped(result, tmp_path)
+
+
+@pytest.mark.slow  # a real scan in a subprocess per case: ~10 s each on 2 busy cores
+@pytest.mark.parametrize("keep", [100, 700], ids=["in-first-header", "in-first-member"])
+def test_shards_cut_before_a_first_sample_is_whole_are_a_failed_measurement(
+    dataset, tmp_path, keep
+):
+    """No sample arrives (the cut falls in the first 512-byte tar header, or in the first
+    member's data): the storage failed the measurement (exit 3), not the data (exit 2)."""
+    shards = sorted((dataset / "shards").glob("*.tar"))
+    out = tmp_path / "r.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with cutting_http(dataset / "shards", keep=keep) as url:
+        proc = subprocess.run(
+            [sys.executable, "-m", "feedbench", "scan", f"{url}/shard-0000{{0..3}}.tar",
+             "--stages", "read", "--batch-size", "2", "--json", str(out), "--no-plots"],
+            capture_output=True, text=True, env=env, timeout=120,
+        )  # fmt: skip
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "nothing measured" not in proc.stdout + proc.stderr
+    result = json.loads(out.read_text())
+    (m,) = result["measurements"]
+    assert m["samples"] == 0 and m["failed_files"] == 4
+    assert m["failed"].startswith("4 of 4 shards failed (cut short or corrupt)")
+    names = [f"{url}/{p.name}" for p in shards]
+    assert sorted(m["failed_names"]) == names
+    for e in result["errors"]:
+        assert e["message"].startswith(f"truncated or corrupt shard after {keep} bytes ("), e
+    assert all(p.name in proc.stdout for p in shards)  # each failed shard named
 
 
 FORGED = "x.tar\nverdict: forged <img src=x onerror=alert(1)>"
