@@ -254,8 +254,10 @@ def node_rates(m: Measurement, nodes: dict[int, tuple[int, str]]) -> list[NodeRa
     to the aggregate. Empty where the windows did not overlap (no common window to share) or a
     rank's share was not recorded."""
     shares = [(c.rank, c.common_samples, c.common_read_bytes) for c in m.per_consumer]
-    if not m.window_s or not m.window_overlap or any(
-        n is None or b is None or r not in nodes for r, n, b in shares
+    if (
+        not m.window_s
+        or not m.window_overlap
+        or any(n is None or b is None or r not in nodes for r, n, b in shares)
     ):
         return []
     out: dict[int, NodeRates] = {}

@@ -12,8 +12,8 @@ from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
-from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.merge import node_rates
+from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
 from feedbench.scan.run import _absorb, _finish, _in_flight, new_result, validate
