@@ -113,13 +113,15 @@ def projection_lines(p: PassPlan, plan: Plan) -> list[str]:
 def split_lines(s: ClientSplit, plan: Plan) -> list[str]:
     """One pass of a scan across nodes: one client's rate, the storage's, the clients asked."""
     each = s.consumers // s.clients if s.consumers % s.clients == 0 else None
-    shape = f"{s.clients} clients × {each}" if each else f"{s.clients} clients, {s.consumers}"
+    shape = f"{s.clients} clients, {s.consumers} consumers"
+    if each:
+        shape = f"{s.clients} clients × {each} consumer{'s' if each != 1 else ''}"
     per_node = ", ".join(
         f"node {n.node} on {n.hostname} {num(sum(n.samples_per_s) / len(n.samples_per_s))}"
         for n in s.nodes
     )
     lines = [
-        f"{s.pass_name} pass, {shape} consumers, {s.repeats} repeat{'s' if s.repeats != 1 else ''}"
+        f"{s.pass_name} pass, {shape}, {s.repeats} repeat{'s' if s.repeats != 1 else ''}"
         f": one client pulled {show_band(s.per_client)} samples/s ({per_node}), "
         f"{num(s.per_client_mb_per_s, 1)} MB/s; the storage served {show_band(s.aggregate)} "
         f"samples/s to all {s.clients}, {num(s.aggregate_mb_per_s, 1)} MB/s",
@@ -131,7 +133,9 @@ def split_lines(s: ClientSplit, plan: Plan) -> list[str]:
             f"{show_band(s.storage_fed, 1)} to the {s.clients} together"
         )
     else:
-        lines.append("accelerators per client: no demand (scan with --profile/--rate, or --rate)")
+        lines.append(
+            "accelerators per client: no demand (scan with --profile/--rate, or plan --rate)"
+        )
     if s.clients_needed is not None:
         lines.append(
             f"{s.target} accelerators need {show_band(s.clients_needed)} clients "

@@ -71,10 +71,11 @@ def test_without_a_demand_or_target_the_rates_alone_and_what_to_give():
     (s,) = plan.splits
     assert s.client_fed is None and s.clients_needed is None
     lines = section.section_lines(plan)
-    assert lines[-2].startswith("clients, cold pass, 2 clients × 1 consumers, 2 repeats: one "
+    assert lines[-2].startswith("clients, cold pass, 2 clients × 1 consumer, 2 repeats: one "
                                 "client pulled 100 (100–100) samples/s")  # fmt: skip
     assert (
-        lines[-1] == "  accelerators per client: no demand (scan with --profile/--rate, or --rate)"
+        lines[-1]
+        == "  accelerators per client: no demand (scan with --profile/--rate, or plan --rate)"
     )
     with_demand = plan_of(two_nodes([[100.0, 100.0]] * 2), demand=10.0)
     assert section.section_lines(with_demand)[-1] == "  clients for K accelerators: give --at K"
@@ -94,4 +95,4 @@ def test_without_per_node_rates_plan_says_why_it_cannot_split():
 def test_the_compare_line_of_a_split_alone_says_the_refusal_and_the_split():
     line = section.one_line(two_nodes([[100.0, 100.0]] * 2), "s.json", "cold")
     assert line.startswith("no projection (cold: 1 judged consumer count (2);")
-    assert "; clients, cold pass, 2 clients × 1 consumers" in line
+    assert "; clients, cold pass, 2 clients × 1 consumer" in line

@@ -120,6 +120,6 @@ def test_two_nodes_on_loopback_give_per_node_rates_and_plan_splits_them(dataset,
     assert need["low"] == math.ceil(16 * 50 / max(rates))
     assert need["high"] == math.ceil(16 * 50 / min(rates))
     shown = [ln for ln in res.out.splitlines() if ln.startswith("clients, cold pass")]
-    assert len(shown) == 1 and shown[0].startswith("clients, cold pass, 2 clients × 1 consumers")
+    assert len(shown) == 1 and shown[0].startswith("clients, cold pass, 2 clients × 1 consumer")
     assert f"node 0 on {host} " in shown[0] and f"node 1 on {host} " in shown[0]
     assert f"16 accelerators need {need['value']:,.0f} ({need['low']:,.0f}–" in res.out
