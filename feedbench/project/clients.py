@@ -44,6 +44,13 @@ SPLIT = (
 )
 
 
+STEPPED = (
+    "the scan emulated an accelerator step: each client took no more than its consumers' "
+    "appetite, so its rate is demand met, not what it can pull (scan without "
+    "--profile/--rate/--workload, and give plan --rate)"
+)
+
+
 @dataclass
 class NodeShare:
     """One node's rate in each judged repeat of a pass."""
@@ -120,6 +127,8 @@ def split_pass(
         target=target,
     )
     s.flags += _uneven(s)
+    if result.accelerator:
+        s.flags.append(STEPPED)
     if demand is not None:
         _size(s, demand)
     return s
