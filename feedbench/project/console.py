@@ -6,7 +6,9 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from feedbench.project.projection import Band, FitSummary, HeldOut, PassPlan, Plan
+from feedbench.project.bands import Band
+from feedbench.project.clients import ClientSplit
+from feedbench.project.projection import FitSummary, HeldOut, PassPlan, Plan
 from feedbench.report.tables import TABLE_STYLE, number_column, print_table, text_column
 
 PARAMS = {"lambda": "λ", "sigma": "σ", "kappa": "κ", "per_consumer": "per consumer", "cap": "cap"}
@@ -108,6 +110,51 @@ def projection_lines(p: PassPlan, plan: Plan) -> list[str]:
     return lines
 
 
+def split_lines(s: ClientSplit, plan: Plan) -> list[str]:
+    """One pass of a scan across nodes: one client's rate, the storage's, the clients asked."""
+    each = s.consumers // s.clients if s.consumers % s.clients == 0 else None
+    shape = f"{s.clients} clients, {s.consumers} consumers"
+    if each:
+        shape = f"{s.clients} clients × {each} consumer{'s' if each != 1 else ''}"
+    per_node = ", ".join(
+        f"node {n.node} on {n.hostname} {num(sum(n.samples_per_s) / len(n.samples_per_s))}"
+        for n in s.nodes
+    )
+    lines = [
+        f"{s.pass_name} pass, {shape}, {s.repeats} repeat{'s' if s.repeats != 1 else ''}"
+        f": one client pulled {show_band(s.per_client)} samples/s ({per_node}), "
+        f"{num(s.per_client_mb_per_s, 1)} MB/s; the storage served {show_band(s.aggregate)} "
+        f"samples/s to all {s.clients}, {num(s.aggregate_mb_per_s, 1)} MB/s",
+    ]
+    if s.client_fed is not None and plan.demand is not None:
+        lines.append(
+            f"at {num(plan.demand)} samples/s per accelerator (AU ≥ {plan.target_au:.0%}): one "
+            f"client feeds {show_band(s.client_fed, 1)} accelerators; the storage fed "
+            f"{show_band(s.storage_fed, 1)} to the {s.clients} together"
+        )
+    else:
+        lines.append(
+            "accelerators per client: no demand (scan with --profile/--rate, or plan --rate)"
+        )
+    if s.clients_needed is not None:
+        lines.append(
+            f"{s.target} accelerators need {show_band(s.clients_needed)} clients "
+            f"(⌈{s.target} × {num(plan.demand)} ÷ one client's samples/s⌉)"
+        )
+    elif s.client_fed is not None and s.target is None:
+        lines.append("clients for K accelerators: give --at K")
+    return lines + [f"flag: {f}" for f in s.flags]
+
+
+def clients_lines(plan: Plan) -> list[str]:
+    """The clients note, then each pass's split of client from storage (a scan across nodes)."""
+    return [f"clients: {plan.clients}"] + [
+        f"clients, {line}" if i == 0 else f"  {line}"
+        for s in plan.splits
+        for i, line in enumerate(split_lines(s, plan))
+    ]
+
+
 def render_plan(plan: Plan, out: Console) -> None:
     from feedbench.report.sut import slowed_flag
 
@@ -124,4 +171,5 @@ def render_plan(plan: Plan, out: Console) -> None:
             out.print(f"flag: {flag}", markup=False, highlight=False)
     for why in plan.refused:
         out.print(f"refused: {why}", markup=False, highlight=False)
-    out.print(f"clients: {plan.clients}", markup=False, highlight=False)
+    for line in clients_lines(plan):
+        out.print(line, markup=False, highlight=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from feedbench.project.console import (
     MODELS,
+    clients_lines,
     knee,
     param,
     projection_lines,
@@ -67,6 +68,7 @@ def fits_table(plan: Plan) -> Table:
 
 def plan_document(plan: Plan, source: str) -> Document:
     lines = [line for p in plan.passes for line in projection_lines(p, plan)]
+    lines += clients_lines(plan)[1:]  # a scan across nodes: client apart from storage
     flags = [f for p in plan.passes for f in p.flags]
     facts, slowed = system_facts(plan)  # the scan's client and storage (plan copies them)
     return Document(

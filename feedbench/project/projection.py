@@ -15,8 +15,9 @@ import numpy as np
 
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
+from feedbench.project import clients, rules
 from feedbench.project import fit as fitting
-from feedbench.project import rules
+from feedbench.project.bands import Band
 from feedbench.report import current_rules
 from feedbench.scan import sizing
 from feedbench.scan.results import ScanResult
@@ -30,24 +31,6 @@ STEPPED = (
     "curve shows demand met, not the storage's limit (scan without --profile/--rate/--workload "
     "for the storage's own curve, and give plan --rate)"
 )
-CLIENTS_ONE = (
-    "one client measured: the projection cannot go past one client. Its curve mixes what this "
-    "client can pull (its CPU and NIC) with what the storage serves to all; only a scan under "
-    "torchrun on two or more nodes tells them apart"
-)
-CLIENTS_MANY = (
-    "{n} clients measured together: the fit is of their aggregate; a split of what one client "
-    "pulls from what the storage serves is not made yet (needs per-node rates in the fit)"
-)
-
-
-@dataclass
-class Band:
-    """A figure and its 95% band (None: unbounded on that side, e.g. no peak)."""
-
-    value: float | None
-    low: float | None
-    high: float | None
 
 
 @dataclass
@@ -107,20 +90,20 @@ class Plan(Envelope):
     target_au: float
     demand: float | None  # appetite × target AU: samples/s per fed accelerator
     cost_usd: float | None
-    clients: str
+    clients: str  # what the scan tells across clients: one line (clients.note)
     passes: list[PassPlan] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)  # "pass: why" for each pass not fitted
+    # a scan across torchrun nodes: per pass, one client's rate apart from the storage's
+    # aggregate, and the clients the target needs (older plan files: none)
+    splits: list[clients.ClientSplit] = field(default_factory=list)
 
 
 def points(result: ScanResult, pass_name: str) -> dict[int, list[float]]:
     """The judged one-window aggregate rates of ``pass_name`` by count: measurements that
     completed, whose window held enough batches (the rule sizing judges by)."""
     out: dict[int, list[float]] = {}
-    for m in result.measurements:
-        if (m.pass_name != pass_name or m.failed or m.partial or m.steady_samples_per_s is None
-                or sizing.short_window(m, result.config) is not None):  # fmt: skip
-            continue
-        out.setdefault(m.consumers, []).append(m.steady_samples_per_s)
+    for m in clients.judged(result, pass_name):
+        out.setdefault(m.consumers, []).append(m.steady_samples_per_s or 0.0)
     return dict(sorted(out.items()))
 
 
@@ -333,22 +316,19 @@ def plan(result: ScanResult, source: str, ask: Ask, pass_names: list[str] | None
         raise FeedbenchError(
             f"{source} has no {', '.join(missing)} pass (it has {', '.join(measured) or 'none'})"
         )
+    split = clients.splits(result, names, ask.demand, ask.target)
     out = Plan(**env, source=source, appetite=appetite, target_au=target_au, demand=ask.demand,
-               cost_usd=ask.cost_usd, clients=clients_note(result))  # fmt: skip
+               cost_usd=ask.cost_usd, clients=clients.note(result, split),
+               splits=split)  # fmt: skip
     for name in names:
         p, why = plan_pass(result, name, ask)
         if p is None:
             out.refused += [f"{name}: {w}" for w in why]
         else:
             out.passes.append(p)
-    if not out.passes:
+    if not out.passes and not out.splits:  # (a split alone is worth showing: one count, K nodes)
         raise FeedbenchError("no projection: " + "; ".join(out.refused))
     return out
-
-
-def clients_note(result: ScanResult) -> str:
-    hosts = len(result.hosts)
-    return CLIENTS_MANY.format(n=hosts) if hosts > 1 else CLIENTS_ONE
 
 
 def demand_of(result: ScanResult, rate: float | None, target_au: float | None) -> tuple:

@@ -9,8 +9,9 @@ import numpy as np
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.project import projection
-from feedbench.project.console import MODELS, projection_lines, show_band
-from feedbench.project.projection import Band, HeldOut, PassPlan, Plan
+from feedbench.project.bands import Band
+from feedbench.project.console import MODELS, clients_lines, projection_lines, show_band
+from feedbench.project.projection import HeldOut, PassPlan, Plan
 from feedbench.project.rules import MAX_REACH
 from feedbench.scan.results import ScanResult
 
@@ -62,7 +63,7 @@ def section_lines(plan: Plan) -> list[str]:
         lines += rest
         lines += [f"flag: {f}" for f in p.flags if not f.startswith(SIZING)]
     lines += [f"refused: {w}" for w in plan.refused]
-    return lines + [f"clients: {plan.clients}"]
+    return lines + clients_lines(plan)
 
 
 def held_out_short(h: HeldOut | None) -> str:
@@ -78,5 +79,7 @@ def one_line(result: ScanResult, source: str, pass_name: str) -> str:
     plan, refused = default_plan(result, source, [pass_name])
     if plan is None:
         return refused or REFUSED
+    if not plan.passes:  # a scan across nodes at one count: its split of client from storage
+        return "; ".join([f"{REFUSED} ({w})" for w in plan.refused] + clients_lines(plan)[1:2])
     p = plan.passes[0]
     return f"{MODELS[p.chosen]}, {rate_at_reach(p)}; {held_out_short(p.held_out)}"

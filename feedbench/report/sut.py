@@ -41,7 +41,7 @@ def fact_groups(result: Envelope) -> list[FactGroup]:
                                     f"torch {h.torch}")]),
         ]  # fmt: skip
     machines = getattr(result, "hosts", None) or []  # a scan across machines
-    groups += [FactGroup([(f"machine {i + 1}", machine_text(m))]) for i, m in enumerate(machines)]
+    groups += [FactGroup([(machine_label(i, m), machine_text(m))]) for i, m in enumerate(machines)]
     return groups
 
 
@@ -90,6 +90,12 @@ def ram_text(h) -> str:
     limit = getattr(h, "memory_limit_bytes", None)
     cgroup = f" (its cgroup may use {limit / 2**30:,.1f} GiB)" if limit is not None else ""
     return f"{h.memory_bytes / 2**30:,.1f} GiB{cgroup}"
+
+
+def machine_label(i: int, m) -> str:
+    """A torchrun node by its node rank (two on one machine are two); older files: machine i."""
+    node = getattr(m, "node", None)
+    return f"node {node}" if node is not None else f"machine {i + 1}"
 
 
 def machine_text(m) -> str:

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from feedbench.core.stats import Percentiles, percentiles
-from feedbench.scan.results import KEEP_NAMES, ConsumerStats, Measurement, StageStats
+from feedbench.scan.results import (
+    KEEP_NAMES,
+    ConsumerStats,
+    Measurement,
+    NodeRates,
+    StageStats,
+)
 
 MARKS = "window_marks"  # the raw key of a consumer's steady-window items (not a stage)
 
@@ -133,6 +139,7 @@ def common_window(stats: Sequence[ConsumerStats], marks: dict[int, np.ndarray]) 
         total += inside[:, 1:].sum(axis=0)
         s.common_batches = 0 if apart else int(np.count_nonzero(inside[:, 1]))
         s.common_samples = 0 if apart else int(inside[:, 1].sum())
+        s.common_read_bytes = 0 if apart else int(inside[:, 2].sum())
     mean_own = float(np.mean([b - a for a, b in zip(starts, ends, strict=True)]))
     n, nbytes, nfiles = (int(x) for x in total)
     overlap = 0.0 if apart else (end - start) / mean_own
@@ -239,3 +246,28 @@ def build_measurement(gathered, world, workers, pass_name, repeat, state, timeli
 def _total(counts: Sequence[int | None]) -> int | None:
     """The sum of counts every consumer knew; None where one did not."""
     return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)
+
+
+def node_rates(m: Measurement, nodes: dict[int, tuple[int, str]]) -> list[NodeRates]:
+    """Each node's share of ``m``'s common window (``nodes``: rank → (node rank, hostname)):
+    its ranks' samples and bytes inside the window over the window's length, so the nodes sum
+    to the aggregate. Empty where the windows did not overlap (no common window to share) or a
+    rank's share was not recorded."""
+    shares = [(c.rank, c.common_samples, c.common_read_bytes) for c in m.per_consumer]
+    if (
+        not m.window_s
+        or not m.window_overlap
+        or any(n is None or b is None or r not in nodes for r, n, b in shares)
+    ):
+        return []
+    out: dict[int, NodeRates] = {}
+    for rank, n, b in sorted(shares):
+        node, host = nodes[rank]
+        r = out.setdefault(node, NodeRates(node, host, [], 0, 0, 0.0, 0.0))
+        r.ranks.append(rank)
+        r.window_samples += n or 0
+        r.window_read_bytes += b or 0
+    for r in out.values():
+        r.samples_per_s = r.window_samples / m.window_s
+        r.mb_per_s = r.window_read_bytes / m.window_s / 1e6
+    return [out[k] for k in sorted(out)]

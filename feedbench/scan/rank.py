@@ -153,6 +153,14 @@ def open_loader(
     return TrainingLoader(remake(0), name, guard=guard, remake=remake)
 
 
+def node_rank() -> int | None:
+    """This rank's node as torchrun numbers them (GROUP_RANK: its agent's rank among the
+    agents), None outside torchrun. The hostname alone cannot tell nodes apart: two agents on
+    one machine (a loopback test, or a host split in two) are two clients."""
+    value = os.environ.get("GROUP_RANK")
+    return int(value) if value is not None and value.isdigit() else None
+
+
 def run_rank(
     rank: int,
     world: int,
@@ -162,13 +170,14 @@ def run_rank(
     workers: int,
     on_measurement: Callable[[RankOutcome], None] | None = None,
     progress: Callable[[int], None] | None = None,
-    on_hosts: Callable[[list[HostInfo]], None] | None = None,
+    on_hosts: Callable[[list[tuple[HostInfo, int | None]]], None] | None = None,
     gather_hosts: bool = False,
     on_phase: Callable[[int], None] | None = None,
 ) -> None:
     """One consumer process: every pass × repeat of ``config`` at this world size. With
     ``gather_hosts`` (every rank alike: torchrun, where ranks may be on several machines), rank 0
-    is told each rank's host first (``on_hosts``, in rank order). ``on_phase(k)`` is told when
+    is told each rank's host and node first (``on_hosts``, in rank order: (host, node rank),
+    see :func:`node_rank`). ``on_phase(k)`` is told when
     the consumer starts :data:`PHASES`\\ [k] (for the parent's stall watch)."""
     tdist.init_process_group(
         "gloo",
@@ -180,7 +189,7 @@ def run_rank(
     try:
         if gather_hosts:
             hosts: list[Any] | None = [None] * world if rank == 0 else None
-            tdist.gather_object(HostInfo.current(), hosts, dst=0)
+            tdist.gather_object((HostInfo.current(), node_rank()), hosts, dst=0)
             if hosts is not None and on_hosts is not None:
                 on_hosts(hosts)
         if on_phase is not None:

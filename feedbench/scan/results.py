@@ -89,6 +89,7 @@ class ConsumerStats:
     failed_names: list[str] = field(default_factory=list)  # the first few of them
     lost_samples: int | None = None  # their samples after the error (None: no index to say)
     common_samples: int | None = None
+    common_read_bytes: int | None = None  # bytes read inside the common window (None: older)
     # --loader: batches the loader yielded this pass, to its end (past a synced stop); ranks
     # that differ would hang DDP
     loader_batches: int | None = None
@@ -96,6 +97,21 @@ class ConsumerStats:
     # started up), and whether the loader reached its steady pace by half the pass; None: older
     warmup_batches: int | None = None
     warmup_settled: bool | None = None
+
+
+@dataclass
+class NodeRates:
+    """One torchrun node (one client) in one measurement: what its ranks delivered inside the
+    measurement's common window, over that window's length, so that the nodes' rates sum to
+    the measurement's aggregate (``steady_samples_per_s``, ``steady_mb_per_s``)."""
+
+    node: int  # torchrun's node rank (GROUP_RANK): two nodes on one machine are two
+    hostname: str
+    ranks: list[int]
+    window_samples: int
+    window_read_bytes: int
+    samples_per_s: float
+    mb_per_s: float
 
 
 @dataclass
@@ -151,6 +167,9 @@ class Measurement:
     # the samples those shards held after their error, by the index (scan --index); None
     # without one. Expected = samples + errors - failed_files + lost_samples
     lost_samples: int | None = None
+    # a scan under torchrun: each node's share of the common window's aggregate, by node rank;
+    # empty for a scan on one machine, in older files, and where the windows did not overlap
+    per_node: list[NodeRates] = field(default_factory=list)
 
     def lost_text(self) -> str:
         """The samples the index expected, those that arrived and those lost, in words."""
@@ -228,10 +247,13 @@ class Sizing:
 
 @dataclass
 class RankHosts:
-    """One machine of a scan across machines (torchrun) and the consumer ranks it ran."""
+    """One node of a scan across machines (torchrun) and the consumer ranks it ran."""
 
     ranks: list[int]
     host: HostInfo
+    # torchrun's node rank (GROUP_RANK): two agents on one machine are two nodes (None: older
+    # files, which kept one entry per hostname)
+    node: int | None = None
 
 
 @dataclass(kw_only=True)
@@ -244,7 +266,7 @@ class ScanResult(Envelope):
     errors: list[SampleError] = field(default_factory=list)  # the first few, for the report
     failure: str | None = None  # why the scan stopped early (a consumer died, storage stalled)
     sizing: Sizing | None = None  # the sizing rules and accelerators fed (older files: none)
-    hosts: list[RankHosts] = field(default_factory=list)  # torchrun: each machine, its ranks
+    hosts: list[RankHosts] = field(default_factory=list)  # torchrun: each node, its ranks
 
 
 def load(path: str | os.PathLike[str], data: dict[str, Any] | None = None) -> ScanResult:

@@ -12,6 +12,7 @@ from feedbench.core.errors import FeedbenchError, MeasurementFailed
 from feedbench.core.supervise import sigterm_as_interrupt
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
+from feedbench.scan.merge import node_rates
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
@@ -159,20 +160,27 @@ class _Kept:
         self.config, self.workers, self.local, self.on_update = config, workers, local, on_update
         self.lock = threading.Lock()
         self.t0 = time.perf_counter()
+        self.nodes: dict[int, tuple[int, str]] = {}  # rank → (node rank, hostname)
 
     def keep(self, o: RankOutcome) -> None:
         assert self.result is not None
         with self.lock:
+            o.measurement.per_node = node_rates(o.measurement, self.nodes)
             _absorb(self.result, [o])
             self.result.curve = curve(self.result.measurements)
             if self.on_update:  # the last write is the CLI's, with the finished result
                 self.on_update(unfinished(self.result))
 
-    def hosts(self, per_rank: list[HostInfo]) -> None:  # rank 0: each machine once, its ranks
+    def hosts(self, per_rank: list[tuple[HostInfo, int | None]]) -> None:
+        """Rank 0: each node once (its node rank and hostname: two agents on one machine are
+        two nodes), with its ranks; kept for each measurement's per-node rates."""
         assert self.result is not None
-        machines: dict[str, RankHosts] = {}
-        for rank, h in enumerate(per_rank):
-            machines.setdefault(h.hostname, RankHosts([], h)).ranks.append(rank)
+        machines: dict[tuple[str, int | None], RankHosts] = {}
+        for rank, (h, node) in enumerate(per_rank):
+            key = (h.hostname, node)
+            machines.setdefault(key, RankHosts([], h, node)).ranks.append(rank)
+            # (no GROUP_RANK: not started by torchrun's agent) each hostname one node
+            self.nodes[rank] = (node if node is not None else list(machines).index(key), key[0])
         self.result.hosts = list(machines.values())  # written with the first measurement
 
     def stalled(self, message: str) -> FeedbenchError:

@@ -358,13 +358,17 @@ def test_two_torchrun_agents_on_localhost(dataset, tmp_path):
     assert sorted(c["rank"] for c in m["per_consumer"]) == [0, 1]
     assert r["config"]["torchrun"]["world_size"] == 2
     assert "results:" in outs[0][0] and "results:" not in outs[1][0]  # rank 0 alone reports
-    # each machine once, with its ranks (both agents run here: one machine, ranks 0 and 1)
-    (machine,) = r["hosts"]
-    assert machine["ranks"] == [0, 1] and machine["host"]["hostname"] == socket.gethostname()
-    assert machine["host"]["cpu_count"] == os.cpu_count()
+    # each node once, with its ranks: both agents run on this machine, and are two nodes
+    host = socket.gethostname()
+    assert [(h["node"], h["ranks"], h["host"]["hostname"]) for h in r["hosts"]] == [
+        (0, [0], host),
+        (1, [1], host),
+    ]
+    assert r["hosts"][0]["host"]["cpu_count"] == os.cpu_count()
     shown = scan_results.load(out)
     facts = dict(system_facts(shown)[0])
-    assert facts["machine 1"].startswith(f"{socket.gethostname()} (ranks 0–1): ")
+    assert facts["node 0"].startswith(f"{host} (rank 0): ")
+    assert facts["node 1"].startswith(f"{host} (rank 1): ")
 
 
 # --- scan --loader: the training loaders measured end to end ------------------------------------
