@@ -601,7 +601,7 @@ class DaliLoader(LoaderBase):
         return {"shuffle_buffer": self.shuffle_buffer, "dali": pending or self._checkpoint()}
 
     def _extra_state(self, state: dict) -> dict:
-        if state.get("shuffle_buffer") != self.shuffle_buffer:
+        if not self._dealt and state.get("shuffle_buffer") != self.shuffle_buffer:
             raise ValueError(
                 f"the loader state was saved with shuffle_buffer={state.get('shuffle_buffer')!r},"
                 f" this loader has {self.shuffle_buffer!r}: DALI's order depends on it"
