@@ -194,7 +194,8 @@ def build_loader(
       never kept waiting by a decoder), ``batch_transform`` (your callable on each uint8 N×3×H×W
       batch, on the output device, before the normalisation; ``normalize=False`` yields its
       output, or the uint8 batch, as it is: :class:`loaders.transforms.BatchOutput`),
-    * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds),
+    * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds; dali: shards only,
+      training on a tree takes torch's order),
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),
       ``dont_use_mmap`` (plain reads instead of mapping files; default: plain reads for image
       trees, mapping for shards), ``pace`` (GPU: before each batch the host waits for the

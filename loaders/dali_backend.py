@@ -1,12 +1,22 @@
 """The DALI backend: GPU (nvJPEG + hardware decoder) or CPU pipelines for image trees and shards.
 
-Reader: ``fn.readers.file`` (tree; the file list is made once and handed over as ``files``, with the
-sample index as the "label" so every batch also carries its keys) or ``fn.readers.webdataset``
-(shards; index files are written once from our own listing, so DALI does not re-scan the tars).
-Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size, ``pad_last_batch=True``,
-``random_shuffle`` with a buffer of ``shuffle_buffer`` samples, and a new order every epoch: the
-file reader walks to the next shard each epoch (``stick_to_shard=False``), the webdataset reader
-re-deals the tar order each epoch from the shared seed (``shuffle_after_epoch``).
+ORDER, training on a tree: torch's. Batch ``b`` of epoch ``e`` on rank ``r`` is the torch
+backend's: indices ``[b·B, (b+1)·B)`` of :func:`loaders.dist.shard_indices` (DistributedSampler
+for ``seed`` and ``e`` on the GLOBAL rank ``r``, padded to ``ceil(N/W)`` by repeating the start of
+the permutation; ``drop_last`` drops the short last batch). The files go in through an external
+source (:class:`DealtFiles`, batch by batch, with the indices as the keys) and DALI's CPU threads
+read them (``fn.io.file.read``); no DALI shuffle. The source never ends: after an epoch's last
+batch come the next epoch's first, so DALI prefetches across the boundary, and ``set_epoch(k)`` on a
+new loader (``--start-epoch k``) gives exactly epoch k's order. (A rebuilt pipeline per epoch with
+``files=`` was the other way; it would restart DALI, and its prefetch, at every epoch.)
+
+Readers otherwise: ``fn.readers.file`` (evaluation on a tree; the file list is handed over once as
+``files``, with the sample index as the "label" so every batch also carries its keys) or
+``fn.readers.webdataset`` (shards; index files are written once from our own listing, so DALI
+does not re-scan the tars). Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size,
+``pad_last_batch=True``. Training on shards: ``random_shuffle`` with a buffer of
+``shuffle_buffer`` samples, and the tar order re-dealt each epoch from the shared seed
+(``shuffle_after_epoch``): a new order every epoch, but one that runs on across epochs (below).
 
 Your own augmentations: ``dali_augment=fn`` is called inside the pipeline definition with the
 decoded uint8 HWC images at the output size and returns DataNodes (:meth:`DaliLoader._augment`).
@@ -22,7 +32,8 @@ or HWC when ``channels_last``). Files are read with plain reads for trees and ma
 tests run it. ``decode="cpu"`` on a GPU decodes, crops and resizes on the CPU and normalises on
 the GPU (DECODE ON THE CPU below).
 
-**Equal lengths.** DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
+**Equal lengths.** Dealt (training on a tree): every rank gets ``ceil(N/W)`` samples, as torch.
+Readers: DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
 of ``N / W`` samples. The iterator uses ``reader_name`` with ``LastBatchPolicy.FILL`` on a padded
 reader, so every rank gets ``ceil(ceil(N/W) / B)`` full batches, each shard padded by repeating
 its last sample. (``PARTIAL`` is not used: when the shard sizes differ, it hands the smaller shard
@@ -39,9 +50,11 @@ DALI needs at least one sample per rank: fewer is a :class:`LoaderError` on ever
 
 RESUMPTION: the pipeline is built with DALI's checkpointing, and :meth:`state_dict` carries the
 checkpoint DALI's iterator gives for the batches it has returned; a loader given that state rebuilds
-the pipeline from it, so the rest of the epoch and the epochs after it are those of the
-uninterrupted run. The checkpoint is this rank's: each rank saves and loads its own, and the world
-size cannot change midway through an epoch.
+the pipeline from it, so the rest of the epoch (the batches not yet received, with the same
+augmentations) and the epochs after it are those of the uninterrupted run. (Dealt: the checkpoint
+restores the source's iteration, counted from the ``plan`` saved with it, and the random
+operators' state; the reader's position on shards.) The checkpoint is this rank's: each rank saves
+and loads its own, and the world size cannot change midway through an epoch.
 
 On a GPU the host waits for the caller's stream before handing over each batch (``pace``, see
 PACING below).
@@ -50,11 +63,13 @@ Batches live in DALI's output buffers, which it reuses: use (or copy) a batch be
 next one, as a training step does.
 
 Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch rebuilds
-the pipeline seeded by ``(seed, e)``: the order is then a pure function of ``(seed, e, rank)``, but
-not the one an uninterrupted run had in epoch e (DALI's order runs on across epochs): to resume a
-run as it was, use the state (RESUMPTION above). An epoch left before its end (a peek, a ``break``)
-is started over by the next ``iter()`` (:class:`loaders.base.LoaderBase`) from the checkpoint taken
-at its start: the same order as if it had not been left.
+the pipeline seeded by ``(seed, e)``. Dealt (training on a tree): the order is then epoch e's, the
+uninterrupted run's, but the random crops and flips are the new pipeline's (for those too, resume
+from the state). Shards: the order is a pure function of ``(seed, e, rank)``, but not the one an
+uninterrupted run had in epoch e (the webdataset reader's order runs on across epochs): to resume
+a run as it was, use the state (RESUMPTION above). An epoch left before its end (a peek, a
+``break``) is started over by the next ``iter()`` (:class:`loaders.base.LoaderBase`) from the
+checkpoint taken at its start: the same order as if it had not been left.
 
 Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
 it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
@@ -77,6 +92,7 @@ from loaders.base import LoaderBase
 from loaders.data import SampleIndex, remote, split_member_name
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
 from loaders.decode import CpuDecoder, DecodeError
+from loaders.dist import shard_indices
 from loaders.dropin import SourceView
 from loaders.errors import LoaderError, require_dali
 from loaders.option_values import check_values
@@ -165,6 +181,82 @@ def dali_reason(text: str) -> str:
     )
 
 
+def check_options(
+    index: SampleIndex, world_size: int, gpu: bool, dali_augment, decode, pace, pace_lead_ms
+) -> tuple[int, float]:
+    """The dali backend's own option checks (one clear error each, on every rank, before any
+    pipeline); returns ``(pace, pace_lead_ms)`` as the loader keeps them."""
+    if index.remote:
+        raise LoaderError(
+            f"the dali backend reads local files (DALI maps or reads them itself), not "
+            f"{remote.redact_url(index.root)}: use backend 'wds' or 'torch' for URLs, or "
+            "mount the store"
+        )
+    if len(index) < world_size:
+        raise LoaderError(
+            f"{len(index)} samples cannot be split over {world_size} ranks by DALI: its "
+            "readers need at least one sample per shard (rank); run ≤ "
+            f"{len(index)} ranks, or use backend='torch', which pads training and gives "
+            "a rank without samples no evaluation batches"
+        )
+    if dali_augment is not None and not callable(dali_augment):
+        raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
+    check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms})
+    if decode == "gpu" and not gpu:
+        raise ValueError("decode='gpu' needs a CUDA device")
+    pace = int(pace)
+    # the lead is a refinement of pace=1; other paces wait as they say
+    return pace, float(pace_lead_ms) if pace == 1 else 0.0
+
+
+def decode_where(decode: str, gpu: bool, batch_size: int) -> str:
+    """Where DALI decodes: "gpu" or "cpu" (DECODE ON THE CPU, SMALL BATCHES)."""
+    if not gpu or decode == "cpu" or (decode == "auto" and batch_size <= SMALL_BATCH):
+        return "cpu"
+    return "gpu"
+
+
+class DealtFiles:
+    """ORDER: the external source of a dealt pipeline (training on a tree). Batch ``b`` of
+    epoch ``e`` is this rank's indices ``[b·B, (b+1)·B)`` of :func:`loaders.dist.shard_indices`
+    (torch's DistributedSampler for ``seed`` and ``e``: the torch backend's order), as the
+    files' encoded paths and the indices (the batch's keys). The epoch's last batch, when
+    short, is filled with repeats of its last sample (trimmed by the loader, as DALI's FILL).
+
+    The source never ends: after ``batches`` batches of an epoch come the next epoch's, so
+    DALI prefetches across the boundary. DALI calls it with the pipeline's iteration (counted
+    from ``start``, the ``(epoch, batch)`` the pipeline began at; restored with a checkpoint).
+    """
+
+    def __init__(
+        self, paths, n: int, rank: int, world: int, seed: int, batch: int, batches: int, start
+    ) -> None:
+        self.buffer, self.offsets = paths.buffer, paths.offsets
+        self.n, self.rank, self.world, self.seed = n, rank, world, seed
+        self.batch, self.batches, self.start = batch, batches, start
+        self._orders: dict[int, np.ndarray] = {}
+
+    def order(self, epoch: int) -> np.ndarray:
+        """This rank's indices of ``epoch`` (the last two epochs asked for are kept)."""
+        if epoch not in self._orders:
+            if len(self._orders) >= 2:
+                del self._orders[min(self._orders)]
+            self._orders[epoch] = shard_indices(
+                self.n, self.rank, self.world, seed=self.seed, epoch=epoch
+            )
+        return self._orders[epoch]
+
+    def __call__(self, info) -> tuple[list[np.ndarray], np.ndarray]:
+        at = self.start[1] + info.iteration
+        epoch, b = self.start[0] + at // self.batches, at % self.batches
+        rows = self.order(epoch)[b * self.batch : (b + 1) * self.batch]
+        if len(rows) < self.batch:
+            rows = np.concatenate([rows, np.full(self.batch - len(rows), rows[-1])])
+        off = self.offsets
+        files = [self.buffer[off[i] : off[i + 1]] for i in rows]
+        return files, rows.astype(np.int64).reshape(-1, 1)
+
+
 class DaliLoader(LoaderBase):
     """NVIDIA DALI backend; see the module docstring for the pipeline and the length rule."""
 
@@ -189,73 +281,49 @@ class DaliLoader(LoaderBase):
         **common,
     ) -> None:
         require_dali()
-        if index.remote:
-            raise LoaderError(
-                f"the dali backend reads local files (DALI maps or reads them itself), not "
-                f"{remote.redact_url(index.root)}: use backend 'wds' or 'torch' for URLs, or "
-                "mount the store"
-            )
         super().__init__(index, info, batch_size, **common)
-        if len(index) < info.world_size:  # on every rank, before a pipeline: one clear error
-            raise LoaderError(
-                f"{len(index)} samples cannot be split over {info.world_size} ranks by DALI: its "
-                "readers need at least one sample per shard (rank); run ≤ "
-                f"{len(index)} ranks, or use backend='torch', which pads training and gives "
-                "a rank without samples no evaluation batches"
-            )
-        if dali_augment is not None and not callable(dali_augment):
-            raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
+        self.gpu = self.device.type == "cuda"
+        self.pace, self.pace_lead_ms = check_options(
+            index, info.world_size, self.gpu, dali_augment, decode, pace, pace_lead_ms
+        )
         self.dali_augment = dali_augment
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
-        check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms})
         self.num_threads = max(1, workers)
         self.workers = self.num_threads  # DALI CPU threads
         self.prefetch = prefetch
         self.shuffle_buffer = shuffle_buffer
         self.hw_decoder_load = hw_decoder_load
-        pace = int(pace)
-        if pace != 1:  # the lead is a refinement of pace=1; other paces wait as they say
-            pace_lead_ms = 0.0
-        self.pace = pace
-        self.pace_lead_ms = float(pace_lead_ms)
-        self._pacer: Pacer | None = None  # see PACING; made with the device known below
+        # see PACING
+        self._pacer = (
+            Pacer(self.device, self.pace, self.pace_lead_ms) if self.gpu and pace else None
+        )
         # None: plain reads for image trees (a map + unmap per small file costs more than a read),
         # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
-        self.gpu = self.device.type == "cuda"
-        if self.gpu and pace:
-            self._pacer = Pacer(self.device, pace, self.pace_lead_ms)
-        if decode == "gpu" and not self.gpu:
-            raise ValueError("decode='gpu' needs a CUDA device")
-        # see DECODE ON THE CPU: decode, crop and resize on DALI's CPU threads, only the
-        # normalisation (after DALI's own copy to the GPU) on the GPU; "auto" picks the CPU
-        # for small batches (SMALL_BATCH)
-        self.decode = "gpu" if self.gpu and decode != "cpu" else "cpu"
-        if decode == "auto" and batch_size <= SMALL_BATCH:
-            self.decode = "cpu"
+        self.decode = decode_where(decode, self.gpu, batch_size)
+        # training on a tree: torch's order, fed file by file (ORDER); else DALI's readers
+        self._dealt = self.train and index.kind == "tree"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []
         if index.kind == "shards":
             self._tmp = tempfile.TemporaryDirectory(prefix="loaders-dali-idx-")
             self._index_paths = write_dali_indexes(index, self._tmp.name)
             self._key_of: dict[tuple[str, str], int] | None = None
-        elif self.train:
-            # one fixed, seeded order of the list: shards hold every class whatever the tree order
-            self._order = np.random.default_rng([self.seed, 0xF11E]).permutation(len(index))
-        else:  # evaluation: the index order, split into the ranges of loaders.dist.eval_indices
-            self._order = np.arange(len(index))
         # on the host: the batch's keys arrive there, and indexing a GPU table with host indices
         # would copy them synchronously (a wait for the training stream every batch)
         self._class_of = torch.from_numpy(np.array(index.labels))  # (a saved index: read-only)
         self.dataset = SourceView(index)  # len(), classes: what scripts read (loaders.dropin)
         self._iterator = None
-        self._dali_epoch = 0  # the epoch DALI's reader will produce next
+        self._dali_epoch = 0  # the epoch DALI's pipeline will produce next
+        self._plan: tuple[int, int] | None = None  # (epoch, batch) a dealt pipeline began at
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
         self._left: dict | None = None  # the pipeline's state when an epoch was left midway
         self._epoch_start: dict | None = None  # its state at the start of the epoch begun last
 
     # --- the pipeline -------------------------------------------------------------------------
-    def _build(self, epoch: int, checkpoint: bytes | None = None) -> None:
+    def _build(self, epoch: int, checkpoint: bytes | None = None, plan=None) -> None:
+        """A pipeline (and its iterator) for ``epoch``, or restored from ``checkpoint``; a dealt
+        one (ORDER) starts at ``plan`` = (epoch, batch) (the checkpoint's plan when restoring)."""
         from nvidia.dali import pipeline_def
         from nvidia.dali.plugin.pytorch import DALIGenericIterator, LastBatchPolicy
 
@@ -280,21 +348,21 @@ class DaliLoader(LoaderBase):
 
         self.close()
         self._left = None
+        self._plan = tuple(plan or (epoch, 0)) if self._dealt else None
         names = ["images", "extra"] + (["source"] if self._with_source else [])
+        # a reader's epochs end (the iterator resets); a dealt source runs on (ORDER)
+        ends = {} if self._dealt else dict(reader_name=READER, auto_reset=True)
         try:
             with started_on(self._loader_cpus):  # DALI's threads start in the build (affinity)
                 pipe = pipeline(checkpoint=checkpoint)
                 self._iterator = DALIGenericIterator(
-                    [pipe],
-                    names,
-                    reader_name=READER,
-                    last_batch_policy=LastBatchPolicy.FILL,
-                    auto_reset=True,
+                    [pipe], names, last_batch_policy=LastBatchPolicy.FILL, **ends
                 )
         except RuntimeError as e:
             raise self._diagnose(e) from None
         self._dali_epoch = epoch
-        self.shard_id = int(pipe.reader_meta(READER)["shard_id"])
+        meta = {} if self._dealt else pipe.reader_meta(READER)
+        self.shard_id = int(meta.get("shard_id", self.info.rank))
 
     # The graph, piece by piece: called inside the pipeline definition. Your own operators go
     # in through ``dali_augment`` (:meth:`_augment`); a subclass may override a piece.
@@ -317,14 +385,17 @@ class DaliLoader(LoaderBase):
         )
 
     def _read(self):
-        """(encoded images, keys or label digits) from the file or webdataset reader."""
+        """(encoded images, keys or label digits): the dealt files (ORDER), or the file
+        reader (evaluation on a tree: the index order) or the webdataset reader (shards)."""
         from nvidia.dali import fn
 
         index = self.index
         if index.kind == "tree":
             assert index.paths is not None
-            files = [index.paths[int(i)] for i in self._order]
-            labels = [int(i) for i in self._order]  # the sample index: every batch's keys
+            if self._dealt:
+                return self._dealt_read()
+            files = index.paths.tolist()
+            labels = list(range(len(index)))  # the sample index: every batch's keys
             return fn.readers.file(files=files, labels=labels, **self._reader_args())
         # evaluation: no reshuffle, and no seed for it (DALI warns about an unused one)
         reshuffle = dict(shuffle_after_epoch=True, shuffle_after_epoch_seed=self.seed % (2**31 - 1))
@@ -338,6 +409,26 @@ class DaliLoader(LoaderBase):
         )
         digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
         return jpegs, fn.pad(digits, fill_value=0, shape=[LABEL_DIGITS])
+
+    def _dealt_read(self):
+        """ORDER: the files of this rank's batches, from :class:`DealtFiles`, read by DALI's
+        CPU threads (``fn.io.file.read``), with their indices as the keys."""
+        from nvidia.dali import fn, types
+
+        assert self.index.paths is not None and self._plan is not None
+        i = self.info
+        source = DealtFiles(
+            self.index.paths, len(self.index), i.rank, i.world_size, self.seed,
+            self.batch_size, len(self), self._plan,
+        )  # fmt: skip
+        paths, keys = fn.external_source(
+            source=source,
+            num_outputs=2,
+            batch=True,
+            batch_info=True,  # the iteration: what a checkpoint restores
+            dtype=[types.UINT8, types.INT64],
+        )
+        return fn.io.file.read(paths, dont_use_mmap=self.dont_use_mmap), keys
 
     def _decode_args(self) -> dict:
         if self.decode != "gpu":
@@ -430,18 +521,21 @@ class DaliLoader(LoaderBase):
 
     # --- one epoch ---------------------------------------------------------------------------
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
+        skip = start.batches if start else 0
+        if self._dealt and skip >= len(self):
+            return  # (drop_last with fewer samples than a batch: an epoch of no batches)
         if not self._restore(epoch, start) and (
-            self._iterator is None or epoch != self._dali_epoch or self._midway
+            skip or self._iterator is None or epoch != self._dali_epoch or self._midway
         ):
-            self._rebuild(epoch)
+            self._rebuild(epoch, skip)
         assert self._iterator is not None
         if start is None and (self._epoch_start or {}).get("epoch") != epoch:
             self._epoch_start = self._checkpoint() if epoch else None  # (epoch 0: a new build)
-        remaining = self.samples_per_rank - (start.batches * self.batch_size if start else 0)
+        remaining = self.samples_per_rank - skip * self.batch_size
         finished = False
         self._midway = True
         try:
-            for data in self._iterator:
+            for data in self._dali_batches(len(self) - skip):
                 out = data[0]
                 n = min(self.batch_size, remaining)
                 remaining -= n
@@ -463,33 +557,51 @@ class DaliLoader(LoaderBase):
                 self._left = self._checkpoint()  # what state_dict reports from now on
                 self._iterator = None
 
-    def _rebuild(self, epoch: int) -> None:
+    def _dali_batches(self, count: int):
+        """The iterator's batches of one epoch: a reader's until its epoch ends (padding
+        included), a dealt source's (which never ends) exactly the ``count`` of the epoch."""
+        if not self._dealt:
+            yield from self._iterator
+            return
+        for _ in range(count):
+            yield next(self._iterator)
+
+    def _rebuild(self, epoch: int, skip: int = 0) -> None:
         """A new pipeline for ``epoch``: from the checkpoint taken at its start if this loader
-        began it before (a peek, a ``break``), so that epoch's order is the one it had;
-        else seeded by ``(seed, epoch)``."""
+        began it before (a peek, a ``break``), so that epoch's order and augmentations are the
+        ones it had; else seeded by ``(seed, epoch)`` (dealt: from batch ``skip`` on)."""
         at = self._epoch_start
-        if at is not None and at["epoch"] == epoch and at["checkpoint"] is not None:
-            self._build(epoch, checkpoint=at["checkpoint"])
+        if not skip and at is not None and at["epoch"] == epoch and at["checkpoint"] is not None:
+            self._build(epoch, checkpoint=at["checkpoint"], plan=at.get("plan"))
         else:
-            self._build(epoch)
+            self._build(epoch, plan=(epoch, skip))
 
     # --- resumption ---------------------------------------------------------------------------
     def _checkpoint(self) -> dict:
         """The pipeline's state (DALI's checkpoint, counting the batches the iterator returned,
-        not what DALI prefetched), the epoch its reader is in, and whether it is midway."""
+        not what DALI prefetched), the epoch its pipeline is in, whether it is midway, and
+        (dealt, ORDER) the (epoch, batch) it began at, from which the checkpoint's iteration
+        counts."""
         if self._iterator is None:
             return self._left or {"checkpoint": None, "epoch": 0, "midway": False}
         cpt = self._iterator.checkpoints()[0]
-        return {"checkpoint": bytes(cpt), "epoch": self._dali_epoch, "midway": self._midway}
+        plan = list(self._plan) if self._plan is not None else None
+        return {
+            "checkpoint": bytes(cpt),
+            "epoch": self._dali_epoch,
+            "midway": self._midway,
+            "plan": plan,
+        }
 
     def _backend_state(self) -> dict:
-        """DALI's own state: per rank (the pipeline reads this rank's shard) and per epoch
-        position; its order runs on across epochs, so only its checkpoint can reproduce it."""
+        """DALI's own state: per rank (the pipeline reads this rank's samples) and per epoch
+        position; it carries the random augmentations' state (and for shards the reader's
+        order, which runs on across epochs), so only its checkpoint reproduces them."""
         pending = self._resume.extra if self._resume is not None else None
         return {"shuffle_buffer": self.shuffle_buffer, "dali": pending or self._checkpoint()}
 
     def _extra_state(self, state: dict) -> dict:
-        if state.get("shuffle_buffer") != self.shuffle_buffer:
+        if not self._dealt and state.get("shuffle_buffer") != self.shuffle_buffer:
             raise ValueError(
                 f"the loader state was saved with shuffle_buffer={state.get('shuffle_buffer')!r},"
                 f" this loader has {self.shuffle_buffer!r}: DALI's order depends on it"
@@ -503,22 +615,29 @@ class DaliLoader(LoaderBase):
                 f"{self.info.rank}'s: the dali backend's state is per rank (each rank saves and "
                 "loads its own; gather them with torch.distributed.all_gather_object)"
             )
+        if dali.get("checkpoint") is not None and self._dealt != bool(dali.get("plan")):
+            raise ValueError(
+                "this dali loader state was saved by another version of loaders (its pipeline "
+                "reads the files another way): resume from an epoch's start"
+            )
         return dict(dali)
 
     def _restore(self, epoch: int, start: ResumePoint | None) -> bool:
         """Build the pipeline from a loaded checkpoint, if it is where ``epoch`` resumes: in
-        that epoch, or at the end of the one before (then its padding batches are drained)."""
+        that epoch, or at the end of the one before (then a reader's padding batches are
+        drained; a dealt source's next batch is already the epoch's first)."""
         dali = start.extra if start is not None else {}
         cpt, at, midway = dali.get("checkpoint"), dali.get("epoch"), dali.get("midway")
         if cpt is None or not (at == epoch or (midway and at == epoch - 1)):
-            if start is not None and start.batches:
+            if start is not None and start.batches and not self._dealt:
                 raise ValueError("the dali loader state has no pipeline checkpoint to resume")
-            return False
-        self._build(at, checkpoint=cpt)
+            return False  # (dealt: the order is a function of the epoch, rebuilt from there)
+        self._build(at, checkpoint=cpt, plan=dali.get("plan"))
         self._dali_epoch, self._midway = at, bool(midway)
         if at == epoch - 1:
-            for _ in self._iterator:  # the padding left of the epoch before
-                pass
+            if not self._dealt:
+                for _ in self._iterator:  # the padding left of the epoch before
+                    pass
             self._dali_epoch, self._midway = epoch, False
         return True
 

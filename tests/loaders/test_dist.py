@@ -104,3 +104,24 @@ def test_order_changes_per_epoch_and_is_seeded():
     assert not np.array_equal(a0, shard_indices(100, 0, 2, seed=2, epoch=0))
     assert np.array_equal(shard_indices(7, 1, 2, shuffle=False), np.array([1, 3, 5, 0]))
     assert len(shard_indices(7, 1, 2, drop_last=True)) == 3
+
+
+@pytest.mark.parametrize(
+    ("n", "world", "drop_last", "shuffle"),
+    [(50, 3, False, True), (50, 3, True, True), (48, 4, True, True), (5, 8, False, True),
+     (5, 8, True, True), (3, 8, False, False), (1, 1, False, True), (1000, 7, False, False)],
+)  # fmt: skip
+def test_shard_indices_are_distributed_samplers(n, world, drop_last, shuffle):
+    """Every rank's indices, every epoch: those torch's DistributedSampler yields (padding more
+    than n over many ranks, drop_last, no shuffle), as integer arrays."""
+    from torch.utils.data.distributed import DistributedSampler
+
+    for rank in range(world):
+        sampler = DistributedSampler(
+            range(n), world, rank, shuffle=shuffle, seed=7, drop_last=drop_last
+        )
+        for epoch in (0, 3):
+            sampler.set_epoch(epoch)
+            got = shard_indices(n, rank, world, shuffle=shuffle, seed=7, epoch=epoch,
+                                drop_last=drop_last)  # fmt: skip
+            assert got.dtype == np.int64 and got.tolist() == list(sampler)

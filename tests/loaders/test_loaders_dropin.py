@@ -14,6 +14,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from loaders import build_loader
+from loaders.dist import shard_indices
 from tests.loaders.test_loaders import CLASSES, COMBOS, make_tiny
 
 N = 50  # divides by neither the batch nor 3; 9 shards (8 of 6 samples, one of 2)
@@ -110,11 +111,12 @@ EXACT_RESUME = [
         k,
         marks=pytest.mark.xfail(
             strict=True,
-            reason="DALI's order runs on across epochs: a fresh pipeline at epoch k has its own "
-            "order (docs/dropin.md); an exact resume takes loader.state_dict()",
+            reason="DALI's webdataset reader order runs on across epochs: a fresh pipeline at "
+            "epoch k has its own order (docs/dropin.md); an exact resume takes "
+            "loader.state_dict()",
         ),
     )
-    if b == "dali"
+    if (b, k) == ("dali", "shards")
     else (b, k)
     for b, k in COMBOS
 ]
@@ -129,13 +131,32 @@ def test_start_epoch_through_a_kept_sampler_gives_that_epochs_order(tiny, backen
     assert _kept_sampler_order(tiny, backend, kind, 1) == [e1 for _, e1 in fresh]
 
 
-def test_dali_start_epoch_order_is_a_function_of_the_epoch(tiny):
-    """What DALI does promise at ``--start-epoch k``: every run that starts there gets the same
-    order (a pipeline seeded by seed, k and the rank), another than epoch 0's."""
-    first = _kept_sampler_order(tiny, "dali", "tree", 1)
-    assert first == _kept_sampler_order(tiny, "dali", "tree", 1)
-    assert first != _kept_sampler_order(tiny, "dali", "tree", 0)
+def test_dali_start_epoch_order_on_shards_is_a_function_of_the_epoch(tiny):
+    """What DALI does promise at ``--start-epoch k`` on shards: every run that starts there gets
+    the same order (a pipeline seeded by seed, k and the rank), another than epoch 0's."""
+    first = _kept_sampler_order(tiny, "dali", "shards", 1)
+    assert first == _kept_sampler_order(tiny, "dali", "shards", 1)
+    assert first != _kept_sampler_order(tiny, "dali", "shards", 0)
     assert sorted(k for keys in first for k in keys) == list(range(N))
+
+
+@pytest.mark.parametrize("drop_last", [False, True], ids=["pad", "drop_last"])
+def test_dali_trains_a_tree_in_torchs_order(tiny, drop_last):
+    """On a tree, DALI's training order is the torch backend's: each rank's batches of epoch e
+    are DistributedSampler's indices for (seed, e) on the global rank, padding included (the
+    last batch dropped with ``drop_last``), epoch after epoch on one pipeline."""
+    for backend in ("torch", "dali"):
+        loaders = _loaders(tiny, backend, "tree", world=3, drop_last=drop_last)
+        got = [[_keys(ld) for _ in range(3)] for ld in loaders]
+        _close(loaders)
+        if backend == "torch":
+            want = got
+            continue
+        assert got == want
+    for r, epochs in enumerate(want):
+        for e, keys in enumerate(epochs):
+            dealt = shard_indices(N, r, 3, seed=3, epoch=e).tolist()
+            assert keys == (dealt[: len(dealt) // BATCH * BATCH] if drop_last else dealt)
 
 
 @pytest.mark.parametrize(("backend", "kind"), COMBOS, ids=IDS)

@@ -92,6 +92,7 @@ RESUME_CASES = [(b, k, w, True, 2, 0) for b, k in COMBOS for w in (1, 2, 3)] + [
     ("torch", "tree", 2, False, 1, 0),
     ("wds", "shards", 2, False, 1, 0),
     ("dali", "shards", 3, False, None, 0),  # at an eval epoch's end, DALI's padding batch left
+    ("dali", "tree", 2, True, None, 0),  # at the epoch's end: the dealt source runs on
     ("torch", "shards", 1, True, None, 0),  # at the epoch's end: the state points at the next
     ("torch", "tree", 1, True, 3, 2),  # worker processes that prefetched beyond the state
     ("wds", "shards", 1, True, 3, 2),  # two workers' chunks interleaved, one with fewer
