@@ -52,8 +52,6 @@ from feedbench.scan.verdict import judge
 from feedbench.scan.watch import in_flight, slow_warning, watch
 from loaders.dist import default_workers
 
-_in_flight = in_flight  # torchrun.py imports it from here; it may import from watch instead
-
 
 def _spawned(
     local_rank: int,

@@ -16,9 +16,10 @@ from feedbench.scan.merge import node_rates
 from feedbench.scan.rank import RankOutcome, run_rank
 from feedbench.scan.rankwatch import RankWatch
 from feedbench.scan.results import RankHosts, ScanResult
-from feedbench.scan.run import _absorb, _finish, _in_flight, new_result, validate
+from feedbench.scan.run import _absorb, _finish, new_result, validate
 from feedbench.scan.sources import LISTING_ENV, save_listing
 from feedbench.scan.sweep import curve
+from feedbench.scan.watch import in_flight
 from loaders.data.index import listed_as
 from loaders.dist import default_workers
 from loaders.index_once import forget, job_path, once_per_machine
@@ -190,7 +191,7 @@ class _Kept:
         r, world = self.result, self.config.consumers[0]
         if r is None:
             return MeasurementFailed(message)
-        failed = _in_flight(self.config, world, self.workers, len(r.measurements), message)
+        failed = in_flight(self.config, world, self.workers, len(r.measurements), message)
         _absorb(r, [failed])
         m = failed.measurement
         r.partial, r.stopped_by = True, "failed"
