@@ -21,6 +21,7 @@ import math
 import os
 import zipfile
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -125,9 +126,10 @@ def make_workload(
     *,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    jobs: int | None = None,
 ) -> WorkloadSummary:
-    """Write ``workload``'s shape filling about ``size_gb`` under ``out`` (new or empty);
-    ``progress(bytes)`` after each sample."""
+    """Write ``workload``'s shape filling about ``size_gb`` under ``out`` (new or empty), in
+    ``jobs`` processes (default: all cores); ``progress(bytes)`` after each file."""
     shape = get_shape(workload)
     if not size_gb > 0:
         raise FeedbenchError(f"--size must be positive (GB), got {size_gb}")
@@ -139,7 +141,8 @@ def make_workload(
     if shape.fmt == "npz":
         per_file = 1  # an npz holds one sample (DLIO's unet3d)
     try:
-        files = _write(root / DATA_DIR, shape, sizes, per_file, seed, progress)
+        jobs = jobs or os.cpu_count() or 1
+        files = _write(root / DATA_DIR, shape, sizes, per_file, seed, progress, jobs)
     except OSError as e:
         raise FeedbenchError(f"cannot write to {e.filename or root}: {e.strerror or e}") from None
     summary = WorkloadSummary(
@@ -153,20 +156,49 @@ def make_workload(
     return summary
 
 
-def _write(folder: Path, shape: Shape, sizes: np.ndarray, per_file: int, seed: int, progress):
-    """The data files; returns how many."""
+def _write(
+    folder: Path, shape: Shape, sizes: np.ndarray, per_file: int, seed: int, progress, jobs: int
+):
+    """The data files, ``jobs`` processes writing whole files; returns how many. One process
+    wrote ~100 MB/s of unet3d npz on the 2-core VM, a quarter of ``dd conv=fdatasync``: the
+    copy of the pool and the page cache's copy, both one core's work."""
     folder.mkdir(parents=True, exist_ok=True)
     n_files = math.ceil(len(sizes) / per_file)
-    ext = EXTENSIONS[shape.fmt]
-    for k in range(n_files):
-        path = folder / f"{shape.name}-{k:06d}-of-{n_files:06d}{ext}"
-        first, last = k * per_file, min(len(sizes), (k + 1) * per_file)
-        if shape.fmt == "npz":  # one sample per file
-            _write_npz(path, payload(seed, first, sizes[first]), first % 1000)
-        else:
-            with open(path, "wb") as f:
-                for i in range(first, last):
-                    _write_record(f, payload(seed, i, sizes[i]))
-        if progress is not None:
-            progress(int(sizes[first:last].sum()))
+    work = [
+        (folder, shape, sizes[k * per_file : (k + 1) * per_file], k * per_file, seed, k, n_files)
+        for k in range(n_files)
+    ]
+    jobs = max(1, min(jobs, n_files))
+    if jobs == 1:
+        for args in work:
+            written = _write_file(*args)
+            if progress is not None:
+                progress(written)
+        return n_files
+    with ProcessPoolExecutor(jobs) as ex:
+        futures = [ex.submit(_write_file, *args) for args in work]
+        try:
+            for f in as_completed(futures):
+                written = f.result()  # a worker's OSError (a full disk) raises here
+                if progress is not None:
+                    progress(written)
+        except BaseException:
+            for f in futures:  # stop at once rather than fail every file in turn
+                f.cancel()
+            raise
     return n_files
+
+
+def _write_file(
+    folder: Path, shape: Shape, sizes: np.ndarray, first: int, seed: int, k: int, n_files: int
+) -> int:
+    """File ``k`` of ``n_files``: samples ``first``, ``first + 1``, … of ``sizes``' sizes;
+    returns its payload bytes."""
+    path = folder / f"{shape.name}-{k:06d}-of-{n_files:06d}{EXTENSIONS[shape.fmt]}"
+    if shape.fmt == "npz":  # one sample per file
+        _write_npz(path, payload(seed, first, sizes[0]), first % 1000)
+    else:
+        with open(path, "wb") as f:
+            for i, size in enumerate(sizes, start=first):
+                _write_record(f, payload(seed, i, size))
+    return int(sizes.sum())

@@ -245,6 +245,21 @@ def test_workload_files_differ_in_every_4k_block(tmp_path, workload):
     assert stamps.tolist() == [(7 << 24) | k for k in range(300_000 // 2048)]
 
 
+@pytest.mark.parametrize("workload", ["unet3d", "cosmoflow"])
+def test_workload_files_are_the_same_whatever_the_jobs(tmp_path, workload):
+    from feedbench.sample_workload import make_workload
+
+    one = make_workload(tmp_path / "one", workload, 0.003, seed=2, jobs=1)
+    two = make_workload(tmp_path / "two", workload, 0.003, seed=2, jobs=2)
+    assert one.files == two.files > 1
+    names = sorted(p.name for p in (tmp_path / "one/data").iterdir())
+    assert names == sorted(p.name for p in (tmp_path / "two/data").iterdir())
+    for name in names:
+        assert (tmp_path / "one/data" / name).read_bytes() == (
+            tmp_path / "two/data" / name
+        ).read_bytes()
+
+
 def test_a_unit_failing_in_a_worker_is_one_line(tmp_path):
     (tmp_path / "shards/shard-00001.tar").mkdir(parents=True)  # parts may share a folder
     spec = SampleSpec(images=40, classes=2, per_shard=5, pool=2)

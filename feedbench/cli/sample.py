@@ -68,7 +68,7 @@ def sample(
     from feedbench.sample import SampleSpec, make_sample
 
     if workload is not None or size is not None:
-        _workload(out_dir, workload, size, seed)
+        _workload(out_dir, workload, size, seed, jobs)
         return
 
     spec = SampleSpec(images, seed, classes, quality, per_shard, fmt, pool)
@@ -114,7 +114,9 @@ def _part(text: str | None) -> tuple[int, int]:
     return int(k), int(m)
 
 
-def _workload(out_dir: Path, workload: str | None, size_gb: float | None, seed: int) -> None:
+def _workload(
+    out_dir: Path, workload: str | None, size_gb: float | None, seed: int, jobs: int | None
+) -> None:
     from rich.progress import DownloadColumn, TransferSpeedColumn
 
     from feedbench.sample_workload import make_workload
@@ -131,7 +133,7 @@ def _workload(out_dir: Path, workload: str | None, size_gb: float | None, seed: 
         transient=True,
     ) as bar:
         task = bar.add_task("sample", total=size_gb * 1e9)
-        s = make_workload(out_dir, workload, size_gb, seed=seed,
+        s = make_workload(out_dir, workload, size_gb, seed=seed, jobs=jobs,
                           progress=lambda n: bar.advance(task, n))  # fmt: skip
     from feedbench.report.fmt import fmt_bytes
 
