@@ -72,3 +72,16 @@ def test_workers_run_off_the_reserved_cores(dataset, backend):
         assert os.sched_getaffinity(0) == allowed
     finally:
         loader.close()
+
+
+def test_a_dataloader_started_on_fewer_cores_than_its_workers_does_not_warn():
+    import warnings
+
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(list(range(4)), batch_size=2, num_workers=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # DataLoader's "will create 2 worker processes" would raise
+        with started_on({sorted(os.sched_getaffinity(0))[0]}):  # one core for two workers
+            batches = list(iter(loader))
+    assert [b.tolist() for b in batches] == [[0, 1], [2, 3]]
