@@ -95,10 +95,23 @@ def predictions(
     return out
 
 
+def _step_alone(scan, point) -> float | None:
+    """The emulated step as this point's consumers timed it alone (``--emulate gpu``: the
+    model's real step on this host, which the profile's figure may not be), their median."""
+    alone = sorted(
+        c.step_alone_s
+        for m in scan.measurements
+        if m.consumers == point.consumers and m.pass_name == point.pass_name
+        for c in m.per_consumer
+        if getattr(c, "step_alone_s", None)
+    )
+    return alone[len(alone) // 2] if alone else None
+
+
 def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
     b = run.breakdown
     compute = (b.step_s - b.data_wait_s) if b is not None else None
-    step = (scan.accelerator or {}).get("step_s")
+    step = _step_alone(scan, point) or (scan.accelerator or {}).get("step_s")
     wait = 1.0 - point.au_mean
     return Prediction(
         loader=run.loader,

@@ -110,3 +110,23 @@ def test_a_scan_of_a_sample_root_pairs_with_verify_of_its_folder(fmt, source, sa
 
     scan = SimpleNamespace(dataset=DatasetInfo("/d", fmt, 1, 1, 1))
     assert _same_data(scan, SimpleNamespace(source=source)) is same
+
+
+def test_the_emulated_step_is_the_one_the_consumers_timed_alone():
+    """--emulate gpu runs the model's real step: the host's length, not the profile's."""
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _step_alone
+
+    def measurement(n, pass_name, alone):
+        return NS(consumers=n, pass_name=pass_name,
+                  per_consumer=[NS(step_alone_s=a) for a in alone])  # fmt: skip
+
+    scan = NS(measurements=[measurement(1, "warm", [0.0548]), measurement(1, "warm", [0.0552]),
+                            measurement(1, "warm", [0.0546]), measurement(2, "warm", [0.06, 0.06]),
+                            measurement(1, "cold", [0.07])])  # fmt: skip
+    assert _step_alone(scan, NS(consumers=1, pass_name="warm")) == 0.0548  # the median
+    asleep = NS(
+        measurements=[NS(consumers=1, pass_name="warm", per_consumer=[NS(step_alone_s=None)])]
+    )
+    assert _step_alone(asleep, NS(consumers=1, pass_name="warm")) is None  # the profile's, then
