@@ -10,13 +10,22 @@ batch come the next epoch's first, so DALI prefetches across the boundary, and `
 new loader (``--start-epoch k``) gives exactly epoch k's order. (A rebuilt pipeline per epoch with
 ``files=`` was the other way; it would restart DALI, and its prefetch, at every epoch.)
 
+ORDER, training on shards: a pipeline per epoch. Its webdataset reader gets the shards (and their
+index files) in epoch ``e``'s order, the wds backend's :func:`loaders.wds_backend.shard_order`
+for ``seed`` and ``e`` (the same on every rank), DALI splits that sequence's samples by the global
+rank (below), and the reader's shuffle buffer and the augmentations are seeded by
+``(seed, e, rank)``. So epoch ``e`` is a function of ``(seed, e, rank, world)`` (and
+``shuffle_buffer``): ``set_epoch(k)`` on a new loader gives the batches, pixels included, of an
+uninterrupted run's epoch k. The cost: each epoch's first batches are not prefetched during the
+epoch before (BENCHMARKS.md, "DALI's shard order per epoch (issue 26)"). The pipeline is dropped
+when its epoch ends (its reader is not reset, which would start reading an epoch nobody asks for).
+
 Readers otherwise: ``fn.readers.file`` (evaluation on a tree; the file list is handed over once as
 ``files``, with the sample index as the "label" so every batch also carries its keys) or
 ``fn.readers.webdataset`` (shards; index files are written once from our own listing, so DALI
 does not re-scan the tars). Both with ``shard_id`` = the GLOBAL rank, ``num_shards`` = world size,
 ``pad_last_batch=True``. Training on shards: ``random_shuffle`` with a buffer of
-``shuffle_buffer`` samples, and the tar order re-dealt each epoch from the shared seed
-(``shuffle_after_epoch``): a new order every epoch, but one that runs on across epochs (below).
+``shuffle_buffer`` samples, over the epoch's shard order (ORDER above).
 
 Your own augmentations: ``dali_augment=fn`` is called inside the pipeline definition with the
 decoded uint8 HWC images at the output size and returns DataNodes (:meth:`DaliLoader._augment`).
@@ -65,11 +74,11 @@ next one, as a training step does.
 Epochs follow DALI's own counter. ``set_epoch(e)`` to anything other than the next epoch rebuilds
 the pipeline seeded by ``(seed, e)``. Dealt (training on a tree): the order is then epoch e's, the
 uninterrupted run's, but the random crops and flips are the new pipeline's (for those too, resume
-from the state). Shards: the order is a pure function of ``(seed, e, rank)``, but not the one an
-uninterrupted run had in epoch e (the webdataset reader's order runs on across epochs): to resume
-a run as it was, use the state (RESUMPTION above). An epoch left before its end (a peek, a
-``break``) is started over by the next ``iter()`` (:class:`loaders.base.LoaderBase`) from the
-checkpoint taken at its start: the same order as if it had not been left.
+from the state). Shards (training): every epoch has a new pipeline, so the order and the
+augmentations are the uninterrupted run's; a state saved at an epoch's start or end carries no
+checkpoint, only one saved midway does. An epoch left before its end (a peek, a ``break``) is
+started over by the next ``iter()`` (:class:`loaders.base.LoaderBase`) from the checkpoint taken
+at its start (shards: a new build for the epoch): the same order as if it had not been left.
 
 Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
 it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
@@ -98,6 +107,7 @@ from loaders.errors import LoaderError, require_dali
 from loaders.option_values import check_values
 from loaders.pacing import LEAD_MS, Pacer
 from loaders.resume import ResumePoint
+from loaders.wds_backend import shard_order
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
@@ -303,6 +313,8 @@ class DaliLoader(LoaderBase):
         self.decode = decode_where(decode, self.gpu, batch_size)
         # training on a tree: torch's order, fed file by file (ORDER); else DALI's readers
         self._dealt = self.train and index.kind == "tree"
+        # training on shards: a pipeline per epoch, its shards in that epoch's order (ORDER)
+        self._per_epoch = self.train and index.kind == "shards"
         self._tmp: tempfile.TemporaryDirectory | None = None
         self._index_paths: list[str] = []
         if index.kind == "shards":
@@ -315,6 +327,7 @@ class DaliLoader(LoaderBase):
         self.dataset = SourceView(index)  # len(), classes: what scripts read (loaders.dropin)
         self._iterator = None
         self._dali_epoch = 0  # the epoch DALI's pipeline will produce next
+        self._built: int | None = None  # the epoch the pipeline was built for
         self._plan: tuple[int, int] | None = None  # (epoch, batch) a dealt pipeline began at
         self._midway = False  # an epoch was left before its end: DALI cannot reset there
         self._left: dict | None = None  # the pipeline's state when an epoch was left midway
@@ -349,9 +362,11 @@ class DaliLoader(LoaderBase):
         self.close()
         self._left = None
         self._plan = tuple(plan or (epoch, 0)) if self._dealt else None
+        self._built = epoch  # (read by _read while the graph is defined, below)
         names = ["images", "extra"] + (["source"] if self._with_source else [])
-        # a reader's epochs end (the iterator resets); a dealt source runs on (ORDER)
-        ends = {} if self._dealt else dict(reader_name=READER, auto_reset=True)
+        # a reader's epochs end (the iterator resets); a dealt source runs on (ORDER); a
+        # pipeline per epoch is not reset (it would start reading an epoch nobody asks for)
+        ends = {} if self._dealt else dict(reader_name=READER, auto_reset=not self._per_epoch)
         try:
             with started_on(self._loader_cpus):  # DALI's threads start in the build (affinity)
                 pipe = pipeline(checkpoint=checkpoint)
@@ -397,14 +412,15 @@ class DaliLoader(LoaderBase):
             files = index.paths.tolist()
             labels = list(range(len(index)))  # the sample index: every batch's keys
             return fn.readers.file(files=files, labels=labels, **self._reader_args())
-        # evaluation: no reshuffle, and no seed for it (DALI warns about an unused one)
-        reshuffle = dict(shuffle_after_epoch=True, shuffle_after_epoch_seed=self.seed % (2**31 - 1))
+        order = np.arange(len(index.shards))
+        if self._per_epoch:  # ORDER: this epoch's shard order, the wds backend's
+            assert self._built is not None
+            order = shard_order(len(index.shards), self.seed, self._built)
         jpegs, cls = fn.readers.webdataset(
-            paths=index.shards,
-            index_paths=self._index_paths,
+            paths=[index.shards[i] for i in order],
+            index_paths=[self._index_paths[i] for i in order],
             ext=[";".join(IMAGE_MEMBER_EXTS), LABEL_EXTENSION],
             missing_component_behavior="error",
-            **(reshuffle if self.train else {}),
             **self._reader_args(),
         )
         digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
@@ -525,12 +541,18 @@ class DaliLoader(LoaderBase):
         if self._dealt and skip >= len(self):
             return  # (drop_last with fewer samples than a batch: an epoch of no batches)
         if not self._restore(epoch, start) and (
-            skip or self._iterator is None or epoch != self._dali_epoch or self._midway
+            skip
+            or self._iterator is None
+            or epoch != self._dali_epoch
+            or self._midway
+            or (self._per_epoch and epoch != self._built)
         ):
             self._rebuild(epoch, skip)
         assert self._iterator is not None
         if start is None and (self._epoch_start or {}).get("epoch") != epoch:
-            self._epoch_start = self._checkpoint() if epoch else None  # (epoch 0: a new build)
+            # epoch 0, or a pipeline per epoch: the epoch's start is a new build
+            fresh = not epoch or self._per_epoch
+            self._epoch_start = None if fresh else self._checkpoint()
         remaining = self.samples_per_rank - skip * self.batch_size
         finished = False
         self._midway = True
@@ -553,6 +575,8 @@ class DaliLoader(LoaderBase):
             if finished:
                 self._dali_epoch = epoch + 1
                 self._midway = False
+                if self._per_epoch:  # its epoch is over; the next one has its own (ORDER)
+                    self._iterator = None
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
                 self._left = self._checkpoint()  # what state_dict reports from now on
                 self._iterator = None
@@ -582,6 +606,8 @@ class DaliLoader(LoaderBase):
         not what DALI prefetched), the epoch its pipeline is in, whether it is midway, and
         (dealt, ORDER) the (epoch, batch) it began at, from which the checkpoint's iteration
         counts."""
+        if self._per_epoch and not self._midway:  # an epoch's start: a new build (ORDER)
+            return {"checkpoint": None, "epoch": self._dali_epoch, "midway": False}
         if self._iterator is None:
             return self._left or {"checkpoint": None, "epoch": 0, "midway": False}
         cpt = self._iterator.checkpoints()[0]
@@ -591,12 +617,13 @@ class DaliLoader(LoaderBase):
             "epoch": self._dali_epoch,
             "midway": self._midway,
             "plan": plan,
+            "per_epoch": self._per_epoch,
         }
 
     def _backend_state(self) -> dict:
         """DALI's own state: per rank (the pipeline reads this rank's samples) and per epoch
-        position; it carries the random augmentations' state (and for shards the reader's
-        order, which runs on across epochs), so only its checkpoint reproduces them."""
+        position; it carries the random augmentations' state and the reader's position, so
+        only its checkpoint reproduces the rest of an epoch left midway."""
         pending = self._resume.extra if self._resume is not None else None
         return {"shuffle_buffer": self.shuffle_buffer, "dali": pending or self._checkpoint()}
 
@@ -615,7 +642,9 @@ class DaliLoader(LoaderBase):
                 f"{self.info.rank}'s: the dali backend's state is per rank (each rank saves and "
                 "loads its own; gather them with torch.distributed.all_gather_object)"
             )
-        if dali.get("checkpoint") is not None and self._dealt != bool(dali.get("plan")):
+        if dali.get("checkpoint") is not None and (
+            self._dealt != bool(dali.get("plan")) or self._per_epoch != bool(dali.get("per_epoch"))
+        ):
             raise ValueError(
                 "this dali loader state was saved by another version of loaders (its pipeline "
                 "reads the files another way): resume from an epoch's start"
@@ -628,6 +657,8 @@ class DaliLoader(LoaderBase):
         drained; a dealt source's next batch is already the epoch's first)."""
         dali = start.extra if start is not None else {}
         cpt, at, midway = dali.get("checkpoint"), dali.get("epoch"), dali.get("midway")
+        if self._per_epoch and not (midway and at == epoch):
+            cpt = None  # the epoch's start, or the end of the one before: a new build (ORDER)
         if cpt is None or not (at == epoch or (midway and at == epoch - 1)):
             if start is not None and start.batches and not self._dealt:
                 raise ValueError("the dali loader state has no pipeline checkpoint to resume")

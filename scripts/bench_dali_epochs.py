@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The DALI loader's throughput per epoch and its epoch boundary (issue 26), on a JPEG tree.
+"""The DALI loader's throughput per epoch and its epoch boundary (issue 26): a tree or shards.
 
 Runs a training loop the way a script does (``loader.sampler.set_epoch(e)`` then a full pass,
 every batch summed so it is used before the next) for ``--epochs`` epochs, and prints one JSON
@@ -11,6 +11,10 @@ the boundary cost (first batch minus the median). Examples::
     # the 2-core dev VM (BENCHMARKS.md, "DALI's order per epoch (issue 26)")
     feedbench sample /tmp/i26c --images 4000 --seed 0 --format tree
     python scripts/bench_dali_epochs.py /tmp/i26c/images --device cpu --workers 2 --batch 64
+    # shards (a pipeline per epoch: BENCHMARKS.md, "DALI's shard order per epoch (issue 26)")
+    feedbench sample /tmp/i26d --images 4000 --seed 0 --per-shard 250
+    python scripts/bench_dali_epochs.py /tmp/i26d/shards --device cpu --workers 2 --batch 64 \
+        --epochs 3
     # a GPU box (16 cores, one H200)
     python scripts/bench_dali_epochs.py data/images --device cuda --workers 16 --batch 256 \
         --epochs 3
@@ -26,7 +30,7 @@ import time
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("tree", help="a JPEG class-folder tree")
+    ap.add_argument("source", help="a JPEG class-folder tree or a folder of shards")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=2, help="DALI CPU threads")
     ap.add_argument("--batch", type=int, default=64)
@@ -39,7 +43,7 @@ def main() -> None:
     from loaders import build_loader
 
     loader = build_loader(
-        args.tree,
+        args.source,
         "dali",
         args.batch,
         device=args.device,

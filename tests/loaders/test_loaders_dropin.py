@@ -105,24 +105,7 @@ def _kept_sampler_order(tiny, backend, kind, epoch: int) -> list[list[int]]:
     return out
 
 
-EXACT_RESUME = [
-    pytest.param(
-        b,
-        k,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="DALI's webdataset reader order runs on across epochs: a fresh pipeline at "
-            "epoch k has its own order (docs/dropin.md); an exact resume takes "
-            "loader.state_dict()",
-        ),
-    )
-    if (b, k) == ("dali", "shards")
-    else (b, k)
-    for b, k in COMBOS
-]
-
-
-@pytest.mark.parametrize(("backend", "kind"), EXACT_RESUME, ids=IDS)
+@pytest.mark.parametrize(("backend", "kind"), COMBOS, ids=IDS)
 def test_start_epoch_through_a_kept_sampler_gives_that_epochs_order(tiny, backend, kind):
     loaders = _loaders(tiny, backend, kind)
     fresh = [(_keys(ld), _keys(ld)) for ld in loaders]  # epochs 0 and 1 of an uninterrupted run
@@ -131,13 +114,30 @@ def test_start_epoch_through_a_kept_sampler_gives_that_epochs_order(tiny, backen
     assert _kept_sampler_order(tiny, backend, kind, 1) == [e1 for _, e1 in fresh]
 
 
-def test_dali_start_epoch_order_on_shards_is_a_function_of_the_epoch(tiny):
-    """What DALI does promise at ``--start-epoch k`` on shards: every run that starts there gets
-    the same order (a pipeline seeded by seed, k and the rank), another than epoch 0's."""
-    first = _kept_sampler_order(tiny, "dali", "shards", 1)
-    assert first == _kept_sampler_order(tiny, "dali", "shards", 1)
-    assert first != _kept_sampler_order(tiny, "dali", "shards", 0)
-    assert sorted(k for keys in first for k in keys) == list(range(N))
+def _batches(loader) -> list[tuple[torch.Tensor, list[int]]]:
+    """One epoch: each batch's pixels (copied: DALI reuses its buffers) and keys."""
+    return [(images.clone(), keys.tolist()) for images, _, keys in loader]
+
+
+def test_dali_shards_start_epoch_gives_that_epochs_batches_pixels_too(tiny):
+    """DALI over shards builds a pipeline per epoch, its shards in that epoch's order and seeded
+    by (seed, epoch, rank): a fresh loader at epoch 2 gives the uninterrupted run's epoch 2,
+    keys and pixels (the random crops and flips too); every epoch covers the data."""
+    run = _loaders(tiny, "dali", "shards")
+    epochs = [[_batches(ld) for ld in run] for _ in range(3)]
+    _close(run)
+    keys = [[[k for _, ks in rank for k in ks] for rank in epoch] for epoch in epochs]
+    for epoch in keys:
+        assert sorted(set(k for rank in epoch for k in rank)) == list(range(N))
+    assert keys[0] != keys[1] != keys[2] != keys[0]
+    fresh = _loaders(tiny, "dali", "shards")
+    for ld, uninterrupted in zip(fresh, epochs[2], strict=True):
+        ld.sampler.set_epoch(2)
+        again = _batches(ld)
+        assert [ks for _, ks in again] == [ks for _, ks in uninterrupted]
+        for (pixels, _), (want, _) in zip(again, uninterrupted, strict=True):
+            assert torch.equal(pixels, want)
+    _close(fresh)
 
 
 @pytest.mark.parametrize("drop_last", [False, True], ids=["pad", "drop_last"])

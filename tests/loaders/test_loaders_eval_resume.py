@@ -93,6 +93,7 @@ RESUME_CASES = [(b, k, w, True, 2, 0) for b, k in COMBOS for w in (1, 2, 3)] + [
     ("wds", "shards", 2, False, 1, 0),
     ("dali", "shards", 3, False, None, 0),  # at an eval epoch's end, DALI's padding batch left
     ("dali", "tree", 2, True, None, 0),  # at the epoch's end: the dealt source runs on
+    ("dali", "shards", 2, True, None, 0),  # at the epoch's end: the next epoch, a new pipeline
     ("torch", "shards", 1, True, None, 0),  # at the epoch's end: the state points at the next
     ("torch", "tree", 1, True, 3, 2),  # worker processes that prefetched beyond the state
     ("wds", "shards", 1, True, 3, 2),  # two workers' chunks interleaved, one with fewer
@@ -190,3 +191,15 @@ def test_dali_state_is_per_rank(tiny):
         _loader(tiny, "dali", "tree", 1, 2).load_state_dict(state)
     with pytest.raises(ValueError, match="cannot resume an epoch on another world size"):
         _loader(tiny, "dali", "tree", 0, 3).load_state_dict(state)
+
+
+def test_dali_refuses_a_shard_state_from_a_pipeline_that_ran_on(tiny):
+    """A mid-epoch state saved before shards had a pipeline per epoch (its reader's order ran on
+    across epochs) cannot be restored into this epoch's pipeline: a clear error, not an order
+    that is neither run's."""
+    state, _, _ = _interrupted(_loader(tiny, "dali", "shards", 0, 2), 1)
+    assert state["dali"]["per_epoch"] and state["dali"]["checkpoint"]
+    _loader(tiny, "dali", "shards", 0, 2).load_state_dict(state)
+    old = state | {"dali": {k: v for k, v in state["dali"].items() if k != "per_epoch"}}
+    with pytest.raises(ValueError, match="saved by another version of loaders"):
+        _loader(tiny, "dali", "shards", 0, 2).load_state_dict(old)
