@@ -278,17 +278,18 @@ class Run:
 
 @pytest.mark.slow
 def test_killed_at_random_leaves_no_process_and_an_honest_file(dataset, tmp_path):
-    """20 runs, each sent SIGINT, SIGTERM or SIGKILL at a random (seeded) moment, five at a time:
-    2 s after the run's process has gone no process of it is left (none carrying its mark, none
-    in its process group), and its results file is absent, partial or complete, and says which."""
+    """20 runs, each sent SIGINT, SIGTERM or SIGKILL at a random (seeded) moment, ten at a time
+    (they mostly sleep in their slowed reads): 2 s after the run's process has gone no process
+    of it is left (none carrying its mark, none in its process group), and its results file is
+    absent, partial or complete, and says which."""
     rng = random.Random(25)
     signals = [signal.SIGINT, signal.SIGTERM, signal.SIGKILL]
     plans = [(rng.choice(signals), rng.choice(["start", "consumers", "written"]),
               rng.uniform(0.0, 1.5)) for _ in range(20)]  # fmt: skip
     seen: list[str] = []
-    for batch in range(0, len(plans), 5):
+    for batch in range(0, len(plans), 10):
         runs = [Run(dataset / "images", tmp_path / f"r{i}.json", *plan)
-                for i, plan in enumerate(plans[batch : batch + 5], start=batch)]  # fmt: skip
+                for i, plan in enumerate(plans[batch : batch + 10], start=batch)]  # fmt: skip
         deadline = time.monotonic() + 180
         while not all([run.step() for run in runs]) and time.monotonic() < deadline:
             time.sleep(0.02)
