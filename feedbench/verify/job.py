@@ -86,6 +86,7 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
     t0 = time.monotonic()
     tag = uuid.uuid4().hex
     env = env | {JOB_TAG: tag}
+    nested = "LOCAL_RANK" in env  # verify run inside a torchrun job: ranks' env tells nothing
     known: dict[int, psutil.Process] = {}
     ranks: dict[int, psutil.Process] = {}
     interrupted = timed_out = rank_died = False
@@ -114,7 +115,7 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
                         for child in me.children(recursive=True):
                             known.setdefault(child.pid, child)
                         for child in me.children(recursive=False):
-                            if _is_rank(child):  # not a passing helper (ldconfig, a shell)
+                            if _is_rank(child, nested):  # not a passing helper (ldconfig…)
                                 ranks.setdefault(child.pid, child)
                     except psutil.Error:
                         pass
@@ -140,11 +141,19 @@ def run_job(cmd: list[str], env: dict[str, str], log_path: str, timeout_s: float
     )
 
 
-def _is_rank(proc: psutil.Process) -> bool:
+def _is_rank(proc: psutil.Process, nested: bool = False) -> bool:
     """A child of torchrun that is one of the job's ranks (the worker module), not a helper it
-    or its imports started and that ends by itself (its end is no rank's death)."""
+    or its imports started and that ends by itself (its end is no rank's death).
+
+    Between fork and exec such a helper (ldconfig, a shell) still carries torchrun's command
+    line, which names the worker module: on a loaded host the watch caught one there, took its
+    end for a rank's death and stopped a healthy job. Only a rank has torchrun's per-rank
+    environment (``LOCAL_RANK``); ``nested``: torchrun's own has it too, and only the command
+    line can tell."""
     try:
-        return WORKER_MODULE in proc.cmdline()
+        if WORKER_MODULE not in proc.cmdline():
+            return False
+        return nested or "LOCAL_RANK" in proc.environ()
     except psutil.Error:
         return False
 

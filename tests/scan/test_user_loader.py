@@ -325,7 +325,9 @@ def test_a_hanging_loader_ends_by_the_stall_timeout(dataset, cli, tmp_path, monk
         rf"error: 1 consumer, cold pass: (stalled: no consumer took a batch from the loader "
         rf"{re.escape(given)} for (\d+) s \(consumer 0 the longest\): the loader, or the "
         rf"storage it reads, hangs \(--stall-timeout 5\))", last)  # fmt: skip
-    assert said and 5 <= int(said[2]) <= 7, r.err  # the watchdog looks twice a second
+    # the watchdog looks twice a second; on a loaded 2-core host (a fresh-clone CI run at load
+    # average 8) it and the consumer's last batch stamp came 4 s late: 9 s said
+    assert said and 5 <= int(said[2]) <= 15, r.err
     assert "Traceback" not in r.err
     doc = json.loads(out.read_text())
     assert doc["partial"] and doc["failure"].endswith(said[1])
