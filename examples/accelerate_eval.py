@@ -15,6 +15,12 @@ from __future__ import annotations
 import argparse
 
 import torch
+
+# DDP's constructor (which prepare() calls) imports torch._dynamo; imported after the process
+# group exists, it keeps references to it (torch 2.14.1) and gloo's threads outlive the group's
+# end, to abort the process at interpreter exit ("terminate called without an active
+# exception", seen in CI). Imported before, they end with the group (as in imagenet_ddp.py).
+import torch._dynamo  # noqa: F401
 from accelerate import Accelerator
 from torch import nn
 
@@ -91,7 +97,11 @@ def main() -> None:
     # (where a thread still running can abort the process: BENCHMARKS, loader workers at exit)
     train.close()
     val.close()
+    del model, optimizer  # the DDP model holds the process group: freed before it ends
+    accelerator.wait_for_everyone()
     accelerator.end_training()
+    if torch.distributed.is_initialized():  # every rank still here: the group ends in step
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

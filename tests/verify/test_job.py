@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -28,7 +29,12 @@ def test_a_process_with_torchruns_command_line_is_a_rank_only_with_a_ranks_envir
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "-m",
                              WORKER_MODULE], env=env)  # fmt: skip
     try:
-        assert _is_rank(psutil.Process(proc.pid), nested) is rank
+        seen = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 10
+        while WORKER_MODULE not in seen.cmdline():  # until its exec: before, it is pytest
+            assert time.monotonic() < deadline, seen.cmdline()
+            time.sleep(0.01)
+        assert _is_rank(seen, nested) is rank
     finally:
         proc.kill()
         proc.wait()
