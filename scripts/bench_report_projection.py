@@ -11,21 +11,11 @@ Run it under an older tree's PYTHONPATH for the page's cost before (the parts ar
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-
-def cpu(fn, repeats: int = 5) -> float:
-    """The median process time of ``fn()`` over ``repeats`` calls, in seconds."""
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return statistics.median(times)
+from benchlib.common import cpu
 
 
 def main(paths: list[str]) -> None:

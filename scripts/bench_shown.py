@@ -9,19 +9,9 @@ figure builder starts from), for a scan whose monitor timelines are long: the te
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import sys
-import time
 
-
-def cpu(fn, repeats: int = 5) -> float:
-    """The median process time of ``fn()`` over ``repeats`` calls, in seconds."""
-    times = []
-    for _ in range(repeats):
-        t = time.process_time()
-        fn()
-        times.append(time.process_time() - t)
-    return statistics.median(times)
+from benchlib.common import cpu
 
 
 def main(readings: int) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,3 +39,13 @@ def save(res: dict[str, Any], out: Path) -> None:
     tmp = out.with_name(f".{out.name}.tmp")
     tmp.write_text(json.dumps(res, indent=2) + "\n")
     os.replace(tmp, out)
+
+
+def cpu(fn, repeats: int = 5) -> float:
+    """The median process time of ``fn()`` over ``repeats`` calls, in seconds."""
+    times = []
+    for _ in range(repeats):
+        t = time.process_time()
+        fn()
+        times.append(time.process_time() - t)
+    return statistics.median(times)
