@@ -205,29 +205,36 @@ def run_count(
         raise error
     if how == "interrupted":
         raise Interrupted(outcomes)
-    if how == "stalled" and len(outcomes) >= len(config.passes) * config.repeat:
-        # every measurement of the count is in: the consumers went silent on their way out (a
-        # store that stopped answering as they closed, on a loaded host); the count is whole,
-        # and the next one meets the store as it is
-        outcomes[-1].warnings.append(
-            f"{n} consumer{'s' if n != 1 else ''}: ended by the watch after their last "
-            f"measurement ({why})"
-        )
-        how, why = "done", None
     if how == "stalled":
-        last = outcomes[-1].measurement if outcomes else None
-        if last is not None:
-            _judge_failed(last)  # (as _absorb would: most of its samples failed)
-        if last is not None and last.failed:  # the consumers recorded its failure as the watch
-            m, why = last, last.failed  # gave up on them: that measurement, not a second one
-        else:
-            stalled = in_flight(config, n, workers, len(outcomes), why)
-            outcomes.append(stalled)
-            m = stalled.measurement
-        why = f"{n} consumer{'s' if n != 1 else ''}, {m.pass_name} pass: {why}"
+        why = _stalled(config, n, workers, outcomes, why)
     if why:
         raise _CountFailed(why, outcomes)
     return outcomes
+
+
+def _stalled(
+    config: ScanConfig, n: int, workers: int, outcomes: list[RankOutcome], why: str | None
+) -> str | None:
+    """What a stall of count ``n`` means for its outcomes: None when every measurement was
+    already in (the consumers went silent on their way out: a store that stopped answering as
+    they closed; the count is whole and the next one meets the store as it is), else the count's
+    failure, its measurement recorded once (the consumers' own, or one for the watch's)."""
+    consumers = f"{n} consumer{'s' if n != 1 else ''}"
+    if len(outcomes) >= len(config.passes) * config.repeat:
+        outcomes[-1].warnings.append(
+            f"{consumers}: ended by the watch after their last measurement ({why})"
+        )
+        return None
+    last = outcomes[-1].measurement if outcomes else None
+    if last is not None:
+        _judge_failed(last)  # (as _absorb would: most of its samples failed)
+    if last is not None and last.failed:  # the consumers recorded its failure as the watch
+        m, why = last, last.failed  # gave up on them: that measurement, not a second one
+    else:
+        stalled = in_flight(config, n, workers, len(outcomes), why)
+        outcomes.append(stalled)
+        m = stalled.measurement
+    return f"{consumers}, {m.pass_name} pass: {why}"
 
 
 def _end(ctx, tag: str, grace_s: float = 5.0) -> bool:
