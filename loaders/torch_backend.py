@@ -345,4 +345,6 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
-        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.output)
+        yield from DevicePrefetcher(
+            self._host_batches(epoch, start), self.device, self.output, staged=self.staged
+        )

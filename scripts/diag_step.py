@@ -16,6 +16,13 @@ rate as a ratio to the synthetic blocks of the same round (paired), with its spr
   reserved ones): does the scheduler put it where a worker runs?
 - ``torch@W``, ``wds@W``: the loader with ``W`` workers.
 - ``only:torch``, ``only:wds``, ``only:dali``: the loader alone, no training (its rate on the GPU).
+- ``torch#staged``, ``wds#staged``: the loader with its copy to the GPU issued on a thread of its
+  own (``loaders.prefetch.DevicePrefetcher(staged=True)``).
+- ``synthetic+gil``: a thread in this process runs ``--gil-ms`` of pure Python once a step
+  (holding the GIL, as a loader's Python threads do): is the launch thread slowed by the GIL?
+- ``synthetic+pinthread``: a thread in this process does what DataLoader's pin thread does with a
+  batch, once a step: a new shared-memory buffer of a batch's bytes, copied into pinned memory,
+  then dropped (mmap, page faults, a copy, munmap), little of it under the GIL.
 
 A canary process on the last reserved core times a fixed piece of Python every 0.25 s: its
 slow-down in a block is what the host did to a single thread meanwhile.
@@ -35,6 +42,7 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -48,6 +56,38 @@ from feedbench.verify.loaders import make_loader  # noqa: E402
 from feedbench.verify.worker.main import Epochs  # noqa: E402
 from feedbench.verify.worker.models import build_model  # noqa: E402
 from loaders.affinity import RESERVE_CORES, loader_cores  # noqa: E402
+
+
+def gil_thread(stop: threading.Event, period: float, busy: float) -> None:
+    """Hold the GIL for ``busy`` s of pure Python every ``period`` s."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        x = 0
+        while time.perf_counter() - t0 < busy:
+            for i in range(500):
+                x += i * i
+        time.sleep(max(0.0, period - (time.perf_counter() - t0)))
+
+
+def pin_thread(stop: threading.Event, period: float, nbytes: int) -> None:
+    """DataLoader's pin thread's work on one batch, every ``period`` s."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        host = torch.empty(0, dtype=torch.uint8).set_(storage)
+        pinned = host.pin_memory() if CUDA else host.clone()
+        del host, storage, pinned
+        time.sleep(max(0.0, period - (time.perf_counter() - t0)))
+
+
+def schedstat() -> tuple[int, int]:
+    """This thread's (ns on a CPU, ns waiting for one) so far."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            run, wait, _ = f.read().split()
+        return int(run), int(wait)
+    except (OSError, ValueError):
+        return 0, 0
 
 
 def canary(stop, out, cpu: int) -> None:
@@ -98,6 +138,7 @@ def sync() -> None:
 class Trainer:
     def __init__(self, batch: int, device) -> None:
         self.device, self.batch = device, batch
+        self.last_rate = 2000.0  # img/s of the last synthetic block: the helper threads' pace
         model = build_model("resnet50" if CUDA else "smallcnn", 1000)
         model = model.to(device, memory_format=torch.channels_last)
         self.ddp = DDP(model, device_ids=[device.index] if CUDA else None)
@@ -126,6 +167,7 @@ class Trainer:
             if k == skip:
                 sync()
                 t0, c0, wait = time.perf_counter(), time.thread_time(), 0.0
+                s0 = schedstat()
             h = time.perf_counter()
             if batches is None:
                 images, labels = self.synthetic
@@ -136,8 +178,11 @@ class Trainer:
             self.step(images, labels)
         sync()
         dt = time.perf_counter() - t0
+        s1 = schedstat()
         n = (steps - skip) * self.batch
-        return {"img_s": n / dt, "step_ms": 1e3 * dt / (steps - skip),
+        return {"run_ms": (s1[0] - s0[0]) / 1e6 / (steps - skip),
+                "runq_ms": (s1[1] - s0[1]) / 1e6 / (steps - skip),
+                "img_s": n / dt, "step_ms": 1e3 * dt / (steps - skip),
                 "next_ms": 1e3 * wait / (steps - skip),
                 "main_cpu": (time.thread_time() - c0) / dt}  # fmt: skip
 
@@ -154,6 +199,7 @@ def only_block(batches, steps: int, skip: int, batch: int) -> dict:
 
 
 def open_batches(name: str, args, device):
+    name, _, flags = name.partition("#")
     loader_name, _, w = name.partition("@")
     loader_name = loader_name.split("+")[0].removeprefix("only:")
     src = args.shards if loader_name == "wds" else args.images
@@ -162,6 +208,8 @@ def open_batches(name: str, args, device):
         workers=int(w) if w else None, seed=0, device=device, num_classes=1000,
         dtype=torch.bfloat16, channels_last=True,
     )  # fmt: skip
+    if "staged" in flags.split("#"):
+        loader.inner.staged = True  # (LibraryLoader: the loaders package's loader inside)
     return loader, Epochs(loader)
 
 
@@ -175,6 +223,7 @@ def main() -> None:
     p.add_argument("--conditions", default="synthetic,synthetic+load,torch,torch+pin,dali,wds")
     p.add_argument("--load-procs", type=int, default=8)
     p.add_argument("--load-rate", type=float, default=0, help="images/s (0: the synthetic rate)")
+    p.add_argument("--gil-ms", type=float, default=1.0, help="+gil: Python per step, ms")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.images, args.shards = os.path.join(args.data, "images"), os.path.join(args.data, "shards")
@@ -235,7 +284,22 @@ def main() -> None:
                 on.set()
                 time.sleep(0.5)
             before = os.sched_getaffinity(0)
-            if "+pin" in c:
+            threads, halt = [], threading.Event()
+            period = 1e3 / max(1.0, trainer.last_rate) * args.batch / 1e3
+            if "+gil" in c:
+                threads.append(
+                    threading.Thread(
+                        target=gil_thread, args=(halt, period, args.gil_ms / 1e3), daemon=True
+                    )
+                )
+            if "+pinthread" in c:
+                nbytes = args.batch * SIZE * SIZE * 3
+                threads.append(
+                    threading.Thread(target=pin_thread, args=(halt, period, nbytes), daemon=True)
+                )
+            for t in threads:
+                t.start()
+            if "+pin" in c and "+pinthread" not in c:
                 os.sched_setaffinity(0, set(reserved[:1]))  # this (the main) thread only
             m0 = time.monotonic()
             if base.startswith("only:"):
@@ -243,12 +307,18 @@ def main() -> None:
             else:
                 res = trainer.block(batches, args.steps, args.skip)
             m1 = time.monotonic()
+            halt.set()
+            for t in threads:
+                t.join()
+            if base == "synthetic" and not threads and "+" not in c:
+                trainer.last_rate = res["img_s"]
             os.sched_setaffinity(0, before)
             on.clear()
             res.update(condition=c, round=r, mono=(m0, m1))
             rows.append(res)
-            print(f"r{r} {c:18s} {res['img_s']:8.0f} img/s  {res['step_ms']:6.2f} ms/step"
-                  f"  next {res.get('next_ms', 0):5.2f} ms  main cpu {res.get('main_cpu', 0):.2f}",
+            print(f"r{r} {c:20s} {res['img_s']:8.0f} img/s  {res['step_ms']:6.2f} ms/step"
+                  f"  next {res.get('next_ms', 0):5.2f} ms  main cpu {res.get('main_cpu', 0):.2f}"
+                  f"  run {res.get('run_ms', 0):5.2f} runq {res.get('runq_ms', 0):5.2f} ms/step",
                   flush=True)  # fmt: skip
     stop.set()
     canaries = []
@@ -267,7 +337,7 @@ def main() -> None:
         print(f"{c:18s} {s['img_s']:8.0f} img/s  of synthetic (paired) {s['ratio']:.3f} "
               f"± {s['ratio_sd']:.3f}  [{s['ratio_min']:.3f}–{s['ratio_max']:.3f}]  "
               f"step {s['step_ms']:.2f} ms  next {s['next_ms']:.2f} ms"
-              f"  canary {s['canary']}")  # fmt: skip
+              f"  runq {s['runq_ms']:.2f} ms  canary {s['canary']}")  # fmt: skip
     for _, ldr in [(k, v[0]) for k, v in sources.items()]:
         with contextlib.suppress(Exception):
             ldr.close()
@@ -289,6 +359,7 @@ def summarise(rows: list[dict], conds: list[str]) -> dict:
             "ratio_max": max(ratios, default=float("nan")),
             "step_ms": statistics.mean(r["step_ms"] for r in mine),
             "next_ms": statistics.mean(r.get("next_ms", 0) for r in mine),
+            "runq_ms": statistics.mean(r.get("runq_ms", 0) for r in mine),
             "canary": round(statistics.mean(can), 3) if can else None,
         }
     return out
