@@ -108,7 +108,6 @@ class LoaderBase:
     backend = "base"
     can_reshard = False  # whether an epoch can resume on another world size
     workers = 0  # DataLoader worker processes (torch, wds) or DALI CPU threads
-    staged = False  # torch, wds: the copy to the GPU issued on a thread of its own (prefetch)
 
     def __init__(
         self,

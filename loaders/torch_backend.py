@@ -345,6 +345,4 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
-        yield from DevicePrefetcher(
-            self._host_batches(epoch, start), self.device, self.output, staged=self.staged
-        )
+        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.output)

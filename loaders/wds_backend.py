@@ -452,7 +452,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
-        yield from DevicePrefetcher(batches, self.device, self.output, staged=self.staged)
+        yield from DevicePrefetcher(batches, self.device, self.output)
 
     def dealt_per_rank(self) -> int:
         """Evaluation: the largest rank's whole shards (training: ``samples_per_rank``)."""

@@ -16,8 +16,6 @@ rate as a ratio to the synthetic blocks of the same round (paired), with its spr
   reserved ones): does the scheduler put it where a worker runs?
 - ``torch@W``, ``wds@W``: the loader with ``W`` workers.
 - ``only:torch``, ``only:wds``, ``only:dali``: the loader alone, no training (its rate on the GPU).
-- ``torch#staged``, ``wds#staged``: the loader with its copy to the GPU issued on a thread of its
-  own (``loaders.prefetch.DevicePrefetcher(staged=True)``).
 - ``synthetic+gil``: a thread in this process runs ``--gil-ms`` of pure Python once a step
   (holding the GIL, as a loader's Python threads do): is the launch thread slowed by the GIL?
 - ``synthetic+pinthread``: a thread in this process does what DataLoader's pin thread does with a
@@ -199,7 +197,6 @@ def only_block(batches, steps: int, skip: int, batch: int) -> dict:
 
 
 def open_batches(name: str, args, device):
-    name, _, flags = name.partition("#")
     loader_name, _, w = name.partition("@")
     loader_name = loader_name.split("+")[0].removeprefix("only:")
     src = args.shards if loader_name == "wds" else args.images
@@ -208,8 +205,6 @@ def open_batches(name: str, args, device):
         workers=int(w) if w else None, seed=0, device=device, num_classes=1000,
         dtype=torch.bfloat16, channels_last=True,
     )  # fmt: skip
-    if "staged" in flags.split("#"):
-        loader.inner.staged = True  # (LibraryLoader: the loaders package's loader inside)
     return loader, Epochs(loader)
 
 

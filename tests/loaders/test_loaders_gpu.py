@@ -235,29 +235,3 @@ def test_dali_augment_on_gpu_and_cpu_nodes(tiny_gpu, decode):
     flipped = _keyed(build_loader(tiny_gpu["tree"], "dali", 64, dali_augment=mirror, **kw))
     assert flipped.keys() == plain.keys() == set(range(300))
     assert all(torch.equal(flipped[k], plain[k].flip(-1)) for k in plain)
-
-
-@pytest.mark.parametrize("backend", ["torch", "wds"])
-def test_staged_copies_give_the_same_batches_on_a_stream_of_the_consumers_own(tiny_gpu, backend):
-    """The stager thread issues the copy and normalisation; a consumer on another stream than
-    the default waits for them (its event) and gets exactly the unstaged loader's batches."""
-    from loaders import build_loader
-
-    kind = "shards" if backend == "wds" else "tree"
-
-    def batches(staged: bool):
-        loader = build_loader(
-            tiny_gpu[kind], backend, 32, image_size=32, workers=2, return_keys=True, seed=3
-        )
-        loader.staged = staged
-        out, stream = [], torch.cuda.Stream()
-        with torch.cuda.stream(stream):
-            for images, labels, keys in loader:
-                out.append(((images * 2).cpu(), labels.cpu(), keys))
-        loader.close()
-        return out
-
-    plain, staged = batches(False), batches(True)
-    assert len(plain) == len(staged) > 1
-    for (a, la, ka), (b, lb, kb) in zip(plain, staged, strict=True):
-        assert torch.equal(ka, kb) and torch.equal(la, lb) and torch.equal(a, b)
