@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.files import naming
 from feedbench.sample_jpeg import PoolJpeg, encode
 from feedbench.version import __version__
 from loaders.data.layout import SAMPLE_SHARDS, SAMPLE_TREE
@@ -344,13 +345,16 @@ def _write_unit(root: Path, spec: SampleSpec, unit: int) -> int:
     first, last = unit * per_shard, min(spec.images, (unit + 1) * per_shard)
     tree = str(root / TREE_DIR) if spec.fmt in ("tree", "both") else None
     tar_path = root / SHARD_DIR / f"shard-{unit:05d}.tar"
-    with open(tar_path, "wb") if spec.fmt in ("shards", "both") else nullcontext() as tar:
+    shards = spec.fmt in ("shards", "both")
+    # a write's error (a full disk) names no file: the one line names the shard or the image
+    with naming(tar_path), open(tar_path, "wb") if shards else nullcontext() as tar:
         written = 0
         for index in range(first, last):
             label = label_of(spec.seed, index, spec.classes)
             data = pool[picks[index]].variant(np.random.default_rng([spec.seed, index]))
             if tree is not None:
-                with open(f"{tree}/class_{label:03d}/{index:06d}.jpg", "wb") as f:
+                path = f"{tree}/class_{label:03d}/{index:06d}.jpg"
+                with naming(path), open(path, "wb") as f:
                     f.write(data)
             if tar is not None:
                 member = _tar_member(f"{index:06d}.jpg", data)
@@ -393,4 +397,5 @@ def _manifest(root: Path, spec: SampleSpec, summary: SampleSummary) -> None:
     manifest["summary"] = {k: v for k, v in asdict(summary).items() if k not in ("out",)}
     manifest["summary"]["tree_dir"] = TREE_DIR if summary.tree_dir else None
     manifest["summary"]["shard_dir"] = SHARD_DIR if summary.shard_dir else None
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    with naming(root / MANIFEST):
+        (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")

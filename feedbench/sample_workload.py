@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.files import naming
 from feedbench.core.workloads import MIN_SAMPLES, Shape, get_shape
 from feedbench.version import __version__
 from loaders.data import tfrecord
@@ -143,17 +144,22 @@ def make_workload(
     try:
         jobs = jobs or os.cpu_count() or 1
         files = _write(root / DATA_DIR, shape, sizes, per_file, seed, progress, jobs)
+        summary = WorkloadSummary(
+            str(root), shape.name, shape.fmt, seed, files, len(sizes), per_file,
+            int(sizes.sum()), float(sizes.mean()), float(sizes.std()), scale,
+        )  # fmt: skip
+        _manifest(root, summary, shape.source)
     except OSError as e:
         raise FeedbenchError(f"cannot write to {e.filename or root}: {e.strerror or e}") from None
-    summary = WorkloadSummary(
-        str(root), shape.name, shape.fmt, seed, files, len(sizes), per_file, int(sizes.sum()),
-        float(sizes.mean()), float(sizes.std()), scale,
-    )  # fmt: skip
-    manifest = {"made_by": f"feedbench {__version__}", "workload": asdict(summary)}
-    manifest["workload"]["source"] = shape.source
-    del manifest["workload"]["out"]
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return summary
+
+
+def _manifest(root: Path, summary: WorkloadSummary, source: str) -> None:
+    manifest = {"made_by": f"feedbench {__version__}", "workload": asdict(summary)}
+    manifest["workload"]["source"] = source
+    del manifest["workload"]["out"]
+    with naming(root / MANIFEST):
+        (root / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def _write(
@@ -195,10 +201,11 @@ def _write_file(
     """File ``k`` of ``n_files``: samples ``first``, ``first + 1``, … of ``sizes``' sizes;
     returns its payload bytes."""
     path = folder / f"{shape.name}-{k:06d}-of-{n_files:06d}{EXTENSIONS[shape.fmt]}"
-    if shape.fmt == "npz":  # one sample per file
-        _write_npz(path, payload(seed, first, sizes[0]), first % 1000)
-    else:
-        with open(path, "wb") as f:
-            for i, size in enumerate(sizes, start=first):
-                _write_record(f, payload(seed, i, size))
+    with naming(path):
+        if shape.fmt == "npz":  # one sample per file
+            _write_npz(path, payload(seed, first, sizes[0]), first % 1000)
+        else:
+            with open(path, "wb") as f:
+                for i, size in enumerate(sizes, start=first):
+                    _write_record(f, payload(seed, i, size))
     return int(sizes.sum())

@@ -2,6 +2,10 @@ import hashlib
 import io
 import json
 import os
+import re
+import resource
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -11,6 +15,7 @@ from PIL import Image
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.sample import MANIFEST, SampleSpec, class_rgb, make_sample, nearest_class
+from tests.conftest import ROOT
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -265,3 +270,48 @@ def test_a_unit_failing_in_a_worker_is_one_line(tmp_path):
     spec = SampleSpec(images=40, classes=2, per_shard=5, pool=2)
     with pytest.raises(FeedbenchError, match=r"cannot write the sample to .*shard-00001\.tar: "):
         make_sample(tmp_path, spec, jobs=2, part=(0, 2))
+
+
+LIMIT = 64 << 10  # bytes a file of the child may grow to
+
+
+def _small_files() -> None:
+    """In the child (and its writer processes): files may not grow past :data:`LIMIT`, so a
+    write past it fails for real, as on a full disk (EFBIG, "File too large": Python ignores
+    SIGXFSZ), without filling the machine's disk or needing root to mount a small one."""
+    resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, resource.RLIM_INFINITY))
+
+
+NPZ, TFRECORD = r"data/unet3d-\d{6}-of-\d{6}\.npz", r"data/cosmoflow-\d{6}-of-\d{6}\.tfrecord"
+SHARD, JPEG = r"shards/shard-\d{5}\.tar", r"images/class_\d{3}/\d{6}\.jpg"
+
+
+@pytest.mark.parametrize(
+    "args, written",
+    [
+        (["--workload", "unet3d", "--size", "0.004", "--jobs", "2"], NPZ),
+        (["--workload", "unet3d", "--size", "0.004", "--jobs", "1"], NPZ),
+        (["--workload", "cosmoflow", "--size", "0.004", "--jobs", "2"], TFRECORD),
+        (["-n", "40", "--classes", "2", "--format", "shards", "--jobs", "2"], SHARD),
+        (["-n", "40", "--classes", "2", "--format", "tree", "--jobs", "2"], JPEG),
+        (["-n", "40", "--classes", "2", "--format", "tree", "--jobs", "1"], JPEG),
+    ],
+    ids=["npz", "npz-jobs-1", "tfrecord", "shards", "tree", "tree-jobs-1"],
+)
+def test_a_write_failing_in_a_writer_process_names_its_file(tmp_path, args, written):
+    """A write that fails (a full disk) in a writer process (``--jobs 2``) or in the only one:
+    one error line naming the file that could not be written, not the output folder; exit 2,
+    no traceback."""
+    out = tmp_path / "o"
+    done = subprocess.run(
+        [sys.executable, "-m", "feedbench", "sample", str(out), *args],
+        capture_output=True, text=True, timeout=120, preexec_fn=_small_files,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    where = rf"({re.escape(str(out))}/{written})"
+    said = re.fullmatch(rf"error: cannot write (?:the sample )?to {where}: File too large", line)
+    assert said, line
+    assert Path(said[1]).stat().st_size == LIMIT  # the file named is the one that hit it

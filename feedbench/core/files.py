@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -34,6 +36,19 @@ def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> None:
         if isinstance(e, OSError) and e.filename is None:  # write(): no name of its own
             raise OSError(e.errno, e.strerror, str(target)) from e
         raise
+
+
+@contextmanager
+def naming(path: str | os.PathLike[str]) -> Iterator[None]:
+    """An OSError within that names no file names ``path``: write() and close() on a full disk
+    name none, and a one-line error should say which file could not be written (a writer
+    process's error crosses to its parent by pickle, the name with it)."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
 
 
 def read_stripped(path: Path) -> str | None:

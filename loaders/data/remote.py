@@ -226,6 +226,7 @@ class StreamReader(StreamBase):
 
     def __init__(self, url: str) -> None:
         self._init_stream()
+        self._cut: Exception | None = None  # a cut met while bytes before it were handed over
         fs = filesystem(url)
         t0 = time.perf_counter()
         try:
@@ -245,10 +246,9 @@ class StreamReader(StreamBase):
             return
         t0 = time.perf_counter()
         try:
-            chunk = self._f.read(READ_CHUNK)
+            chunk = self._read()
         except Exception as e:
-            # a response cut short raises before handing over what did arrive: count those
-            # bytes (they crossed the network) so an error says how far the object got
+            # count every byte that crossed the network, so an error says how far the object got
             self.bytes = max(self.bytes, self._arrived())
             self.seconds += time.perf_counter() - t0
             raise as_oserror(e) from e
@@ -259,6 +259,40 @@ class StreamReader(StreamBase):
         self.pos, self.end = 0, n
         if n == 0:
             self.eof = True
+
+    def _read(self) -> bytes:
+        """The next chunk. After a cut, the bytes that arrived before it, then the cut: aiohttp
+        raises it ahead of the bytes it still holds, and which samples "arrived" would hang
+        on whether this read came before the close did."""
+        if self._cut is None:
+            try:
+                return self._f.read(READ_CHUNK)
+            except Exception as e:
+                self._cut = e
+        chunk = self._salvage()
+        if not chunk:
+            raise self._cut
+        return chunk
+
+    def _salvage(self) -> bytes:
+        """The bytes of a cut HTTP response that aiohttp still holds behind its error (b"" for
+        other transports): taken on the filesystem's event loop, the error set back after."""
+        content = getattr(getattr(self._f, "r", None), "content", None)
+        if content is None or not hasattr(content, "_exception") or not content.exception():
+            return b""
+
+        async def take() -> bytes:
+            cut, content._exception = content._exception, None
+            try:
+                return content.read_nowait(READ_CHUNK)
+            finally:
+                content._exception = cut
+
+        from fsspec.asyn import sync
+
+        with contextlib.suppress(Exception):  # a salvage that fails loses only those bytes
+            return sync(self._f.loop, take)
+        return b""
 
     def _arrived(self) -> int:
         """Bytes of the response received so far, read or still buffered (0 when the
