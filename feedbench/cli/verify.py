@@ -80,6 +80,15 @@ CpuAffinity = Annotated[
 ]
 Device = Annotated[str, typer.Option(help="auto, cuda or cpu.")]
 Synthetic = Annotated[bool, typer.Option(help="Also run synthetic data (on the GPU): the ceiling.")]
+CeilingTwice = Annotated[
+    bool | None,
+    typer.Option(
+        "--ceiling-twice/--ceiling-once",
+        help="Run the synthetic ceiling again after the loaders at each GPU count: the ceiling is "
+        "the mean of both runs, and how far it moved is said (default: twice on a GPU).",
+        show_default=False,
+    ),
+]
 RunTimeout = Annotated[float, typer.Option(help="Stop a run after this many seconds.")]
 KeepGoing = Annotated[
     bool, typer.Option(help="After a failed run, go on with the others (and fail at the end).")
@@ -113,6 +122,7 @@ def verify(
     cpu_affinity: CpuAffinity = "inherit",
     device: Device = "auto",
     synthetic: Synthetic = True,
+    ceiling_twice: CeilingTwice = None,
     target_au: o.GpuTargetAu = 0.9,
     seed: o.Seed = 0,
     run_timeout: RunTimeout = 1800.0,
@@ -143,6 +153,7 @@ def verify_config(options: dict) -> VerifyConfig:
         gpus=parse_counts(options["consumers"], "--consumers"),
         loaders=parse_loaders(loader) if loader is not None else None,
         synthetic=options["synthetic"],
+        ceiling_twice=options["ceiling_twice"],
         model=options["model"],
         steps=options["steps"],
         warmup=options["warmup"],

@@ -83,7 +83,7 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
     if threshold is None:
         threshold = 1 - float(result.config.get("target_au", 0.9))
     synthetic = {r.gpus: r for r in ok_runs(result, SYNTHETIC)}
-    ceiling = {g: r.images_per_s for g, r in synthetic.items()}
+    ceiling = {g: ceiling_rate(r) for g, r in synthetic.items()}
     for loader in loaders_in(result):
         runs = ok_runs(result, loader)
         base = runs[0] if runs else None
@@ -93,7 +93,7 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
                 r.base_gpus = base.gpus
                 r.speedup = r.images_per_s / base.images_per_s
                 r.efficiency = r.speedup * base.gpus / r.gpus
-            c = ceiling.get(r.gpus)
+            c = ceiling.get(r.gpus) if loader != SYNTHETIC else r.images_per_s
             if c and r.images_per_s > 0:
                 r.ceiling_fraction = r.images_per_s / c
             slowdown(r, synthetic.get(r.gpus) if loader != SYNTHETIC else None)
@@ -107,6 +107,11 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
         if said:
             v.text += "; " + said
     for v in result.verdicts:
+        last = ok_runs(result, v.loader)[-1:]
+        ceil = synthetic.get(last[0].gpus) if last else None
+        if ceil is not None and ceil.ceiling_drift is not None:
+            v.text += drift_text(ceil, v.loader == SYNTHETIC)
+    for v in result.verdicts:
         hint = _broadcast_hint(v, result.config, threshold)
         if hint:
             v.text += hint
@@ -115,6 +120,33 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
 
 
 SUPERLINEAR = 1.05  # efficiency above this is no scaling figure, measurement noise aside
+# A ceiling that moved by this share between its runs before and after the loaders is said in
+# every loader's verdict: the fractions then differ from run to run by as much.
+DRIFT_SAID = 0.03
+
+
+def ceiling_rate(synthetic: VerifyRun) -> float:
+    """The ceiling at the synthetic run's count: its images/s, or the mean of its two runs
+    (before and after the loaders), the host's drift shared out between them."""
+    after = synthetic.ceiling_after_images_per_s
+    return synthetic.images_per_s if not after else (synthetic.images_per_s + after) / 2
+
+
+def drift_text(synthetic: VerifyRun, own: bool) -> str:
+    """What a verdict says of the ceiling's two runs: on the synthetic one, both rates; on a
+    loader's, only a drift of DRIFT_SAID or more, as the resolution of its fraction."""
+    drift, after = synthetic.ceiling_drift or 0.0, synthetic.ceiling_after_images_per_s or 0.0
+    if own:
+        return (
+            f"; again after the loaders {after:,.0f} img/s ({drift:+.0%}): the ceiling is "
+            f"their mean, {ceiling_rate(synthetic):,.0f} img/s"
+        )
+    if abs(drift) < DRIFT_SAID:
+        return ""
+    return (
+        f"; the ceiling moved {drift:+.0%} between its runs before and after the loaders (the "
+        f"host's speed drifting): fractions of it are resolved to about ±{abs(drift) / 2:.0%}"
+    )
 
 
 def _superlinear(last: VerifyRun, first: VerifyRun, unit: str) -> str:

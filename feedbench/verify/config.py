@@ -44,6 +44,9 @@ class VerifyConfig:
     gpus: tuple[int, ...] = (1, 2)
     loaders: tuple[str, ...] | None = None  # None: baseline + every library loader available
     synthetic: bool = True
+    # the synthetic ceiling run again after the loaders at each count, its drift said (None:
+    # on a GPU, where a small batch's launch-bound step follows the host's speed: issue 29)
+    ceiling_twice: bool | None = None
     model: str | None = None  # None: resnet50 on GPU, smallcnn on CPU
     steps: int | None = None
     warmup: int | None = None

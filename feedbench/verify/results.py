@@ -140,6 +140,11 @@ class VerifyRun:
     speedup: float | None = None  # images/s ÷ images/s at base_gpus, same loader
     efficiency: float | None = None  # speedup × base_gpus / gpus
     ceiling_fraction: float | None = None  # images/s ÷ synthetic images/s at the same gpus
+    # the synthetic run only: its images/s measured again after the loaders at the same gpus
+    # (``ceiling_twice``); the ceiling is then the mean of the two, and ``ceiling_drift`` the
+    # change between them over the first (the host's speed moving under the loaders' runs)
+    ceiling_after_images_per_s: float | None = None
+    ceiling_drift: float | None = None
     # how much longer a step's work (the step less its data wait) is than the synthetic
     # ceiling's at the same gpus, s per step, and per part (forward_backward_s, allreduce_s,
     # optimizer_s, other_s): a loader that slows the training it feeds (issue 29)
