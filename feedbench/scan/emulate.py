@@ -27,7 +27,10 @@ import torch
 
 MODES = ("auto", "gpu", "sleep")
 MATMUL_N = 2048  # one kernel ≈ 20-30 µs on an H200: a step of 14-55 ms is 500-2,500 launches
-IDLE_STEPS = 8  # steps measured alone, before the loop: the step's own length here
+# steps measured alone, before the loop: the step's own length here, their mean (the loader's
+# cost is the window's mean over it: a median under a right-skewed step would count the skew
+# as the loader's); a launch-bound step moved ±4 ms step to step on an H200 at 64 per GPU
+IDLE_STEPS = 24
 
 
 def resolve(mode: str, consumers: int) -> str:
@@ -56,7 +59,7 @@ class GpuAccelerator:
     """Kernels launched from this thread: ``device_s`` of matmuls per step on ``device``,
     their launches spread over ``host_s``; the step ends when the last one has run.
 
-    ``step()`` returns the time the step took; ``idle_s`` is the median of ``IDLE_STEPS`` steps
+    ``step()`` returns the time the step took; ``idle_s`` is the mean of ``IDLE_STEPS`` steps
     taken alone (no loader running), so ``took - idle_s`` is what the loader cost the step.
     """
 
@@ -69,7 +72,7 @@ class GpuAccelerator:
             self.out = torch.empty_like(self.a)
             self.kernel_s = self._kernel_time()
         self.launches = max(1, round(timing.device_s / self.kernel_s))
-        self.idle_s = statistics.median(self.step() for _ in range(IDLE_STEPS))
+        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
 
     @property
     def step_s(self) -> float:
@@ -139,7 +142,7 @@ def in_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
 class ModelAccelerator:
     """A real training step of ``timing.model`` from this thread on ``device``: forward and
     backward under bf16 autocast (channels_last, as verify trains), SGD, then wait for the
-    GPU. ``idle_s`` is its median length alone, measured before the loop as
+    GPU. ``idle_s`` is its mean length alone, measured before the loop as
     :class:`GpuAccelerator`'s."""
 
     def __init__(self, timing: Timing, device: torch.device) -> None:
@@ -160,7 +163,7 @@ class ModelAccelerator:
             self.labels = torch.randint(0, 1000, (n,), device=device)
         for _ in range(MODEL_WARMUP):
             self.step()
-        self.idle_s = statistics.median(self.step() for _ in range(IDLE_STEPS))
+        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
 
     @property
     def step_s(self) -> float:

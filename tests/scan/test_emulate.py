@@ -5,6 +5,7 @@ mode is recorded and said, a step the loader made longer counts against AU, and 
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import torch
@@ -143,3 +144,37 @@ def test_the_host_s_work_is_cpu_time_so_a_thread_holding_the_gil_makes_it_longer
     # the GIL shared with a busy thread: the same work takes about twice as long (paced by the
     # wall clock it would take 0.2 s whatever the rival did, and hide what the loader costs)
     assert shared >= 1.5 * 0.2 and shared >= 1.3 * alone, (alone, shared)
+
+
+def test_a_step_s_own_jitter_is_not_counted_as_the_loader_s():
+    """The loader's cost is the window's steps over the step alone, summed signed: steps 10 ms
+    either side of the step alone cost nothing (clipped step by step: 5 ms each)."""
+    from feedbench.scan.consumer import Accelerator, consume_batches
+    from feedbench.scan.stream import BatchTimes
+
+    class Jittery(Accelerator):  # real sleeps of 20 and 40 ms in turn; 30 ms alone
+        idle_s = 0.030
+
+        def step(self) -> float:
+            t0 = time.perf_counter()
+            time.sleep(0.020 if self.turn % 2 else 0.040)
+            self.turn += 1
+            return time.perf_counter() - t0
+
+    acc = Jittery(0.030)
+    acc.turn = 0
+    tally = Tally((), warmup_batches=0)
+    items = ((None, BatchTimes(samples=4, files=4, read_bytes=400)) for _ in range(20))
+    consume_batches(items, tally, acc)
+    assert tally.batches == 20
+    # what is left is the sleeps' own overshoot on a busy host (a fraction of a ms each)
+    assert tally.step_extra_s / 20 < 0.0025, tally.step_extra_s
+
+
+def test_a_window_faster_than_the_step_alone_costs_nothing_and_gains_nothing():
+    tally = Tally((), warmup_batches=0)
+    tally.start()
+    for _ in range(4):
+        tally.count_step(4, t_ready=0.0, wait_s=0.0, sync_wait_s=0.0, step_s=0.028, extra_s=-0.002)
+    tally.stop()
+    assert tally.step_extra_s == 0.0
