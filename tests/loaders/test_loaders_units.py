@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -339,3 +341,23 @@ def test_every_name_the_package_lists_loads_from_the_api():
         assert getattr(loaders, name) is getattr(loaders.api, name), name
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         loaders.nope  # noqa: B018
+
+
+def test_dealt_paths_are_one_nul_padded_array_of_the_rows_files():
+    """DALI's dealt source hands a batch's paths over as one array (issue 29: a third of the
+    training thread's time a list of arrays took); each row is its file's path, then NULs."""
+    from loaders import open_index
+    from loaders.dali_backend import DealtFiles
+
+    index = open_index(str(Path(__file__).parents[2] / "sample_data" / "images"))
+    n = len(index)
+    dealt = DealtFiles(index.paths, n, 0, 1, 0, 8, n // 8, (0, 0))
+    rows = np.array([n - 1, 0, 5, 3])
+    got = dealt.paths(rows)
+    assert got.dtype == np.uint8 and got.shape[0] == 4
+    for row, i in zip(got, rows, strict=True):
+        text = row.tobytes()
+        assert text.rstrip(b"\0").decode() == index.paths[int(i)]
+        assert b"\0" not in text.rstrip(b"\0")
+    lengths = [len(r.tobytes().rstrip(b"\0")) for r in got]
+    assert max(lengths) == got.shape[1]  # padded to the longest, no further
