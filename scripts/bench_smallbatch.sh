@@ -11,7 +11,8 @@
 #   VARIANTS="name|batch|loader|options;..." scripts/bench_smallbatch.sh list   # one run each
 #   scripts/bench_smallbatch.sh check B     # the defaults a user gets at B per GPU (64, 256):
 #                                           # REPEAT (default 3) verify runs of synthetic,
-#                                           # torch, dali, wds (~40 s a run: ~8 min for 3)
+#                                           # torch, dali, wds, synthetic again (verify's
+#                                           # --ceiling-twice on a GPU; ~40 s a run)
 #   scripts/bench_smallbatch.sh scans B     # scan's predicted AU for each loader at B (after
 #                                           # check B, with its results under OUT/runs/), and
 #                                           # `feedbench compare` of the two
