@@ -49,8 +49,18 @@ def test_compare_ranks_the_faster_storage_first_and_names_the_slow_one_read_boun
     assert [c["label"] for c in doc["columns"]] == ["nfs", "nvme"]
     assert doc["common_counts"] == [1, 2]
     nfs, nvme = doc["columns"]
-    for n in ("1", "2"):  # the numbers are the files' own curve points
-        assert nvme["points"][n]["samples_per_s_mean"] > nfs["points"][n]["samples_per_s_mean"]
+    for col, name in ((nfs, "slow"), (nvme, "local")):  # the numbers are the files' own points
+        own = {
+            str(p["consumers"]): p["samples_per_s_mean"]
+            for p in json.loads(scans[name].read_text())["curve"]
+            if p["pass_name"] == "cold"
+        }
+        assert {n: col["points"][n]["samples_per_s_mean"] for n in ("1", "2")} == {
+            n: own[n] for n in ("1", "2")
+        }
+    # the ranking's own count (1 consumer, judged above); at 2 consumers on 2 cores busy with the
+    # rest of the suite, local decoding can fall behind 20 ms sleeps (seen in a CI run: 51 < 76)
+    assert nvme["points"]["1"]["samples_per_s_mean"] > nfs["points"]["1"]["samples_per_s_mean"]
     assert nfs["bound"] == "read" and nfs["resource"] in ("storage", "cpu")  # as above
     assert nfs["system"]["valid_for_sizing"] is False and nfs["system"]["accelerators_fed"] is None
     assert nfs["system"]["read_p99_ms"] > 20  # 20 ms added to every read
