@@ -3,6 +3,8 @@ fraction of the synthetic ceiling, verdicts per loader and the summary."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from feedbench.core.stats import percentiles
 from feedbench.verify.results import (
     MEANS,
@@ -96,14 +98,15 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             c = ceiling.get(r.gpus) if loader != SYNTHETIC else r.images_per_s
             if c and r.images_per_s > 0:
                 r.ceiling_fraction = r.images_per_s / c
-            slowdown(r, synthetic.get(r.gpus) if loader != SYNTHETIC else None)
+            slowdown(r, ceiling_breakdown(synthetic.get(r.gpus)) if loader != SYNTHETIC else None)
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
                        for loader in loaders_in(result)]  # fmt: skip
     for v in result.verdicts:
         last = ok_runs(result, v.loader)[-1:]
         ceil = synthetic.get(last[0].gpus) if last and v.loader != SYNTHETIC else None
-        said = slowdown_text(last[0], ceil.breakdown.step_s) if ceil and ceil.breakdown else None
+        step = ceiling_breakdown(ceil)
+        said = slowdown_text(last[0], step.step_s) if step is not None else None
         if said:
             v.text += "; " + said
     for v in result.verdicts:
@@ -170,11 +173,25 @@ WORK_PARTS = ("forward_backward_s", "allreduce_s", "optimizer_s", "other_s")
 SLOWDOWN_SHARE = 0.05
 
 
-def slowdown(run: VerifyRun, ceiling: VerifyRun | None) -> None:
+def ceiling_breakdown(synthetic: VerifyRun | None) -> Breakdown | None:
+    """The ceiling's step, part by part: the synthetic run's, or with a second run after the
+    loaders (``ceiling_twice``) scaled to their mean rate (each part alike: the host's drift
+    is taken to stretch the whole step), so that the slowdown and the fraction agree."""
+    if synthetic is None or synthetic.breakdown is None:
+        return None
+    b, mean = synthetic.breakdown, ceiling_rate(synthetic)
+    if not synthetic.ceiling_after_images_per_s or mean <= 0:
+        return b
+    k = synthetic.images_per_s / mean
+    fields = ("data_wait_s", *WORK_PARTS, "step_s", "allreduce_busy_s", "host_wait_s")
+    return replace(b, **{f: getattr(b, f) * k for f in fields}, step=None)
+
+
+def slowdown(run: VerifyRun, c: Breakdown | None) -> None:
     """Fill ``run.slowdown_s`` (and per part): the step's work less the synthetic ceiling's
-    at the same GPU count; None without both breakdowns."""
+    (``c``: :func:`ceiling_breakdown`) at the same GPU count; None without both."""
     run.slowdown_s, run.slowdown_parts_s = None, None
-    b, c = run.breakdown, ceiling.breakdown if ceiling is not None else None
+    b = run.breakdown
     if b is None or c is None:
         return
     run.slowdown_parts_s = {p: getattr(b, p) - getattr(c, p) for p in WORK_PARTS}

@@ -118,3 +118,26 @@ def test_a_real_verify_runs_the_ceiling_twice_and_keeps_one_synthetic_row(cli, d
     mean = (synth.images_per_s + synth.ceiling_after_images_per_s) / 2
     assert torch.ceiling_fraction == pytest.approx(torch.images_per_s / mean)
     assert f"again after the loaders {synth.ceiling_after_images_per_s:,.0f} img/s" in r.out
+
+
+def test_the_slowdown_is_over_the_mean_ceiling_s_step_as_the_fraction_is():
+    """With the ceiling run twice, a loader's extra work per step is taken over the ceiling's
+    step at the mean rate (each part stretched alike), the step the fraction compares with."""
+    from feedbench.verify.results import Breakdown
+
+    def parts(wait, fwd, optim, other):
+        return Breakdown(wait, fwd, 0.0, optim, other, wait + fwd + optim + other, 0.0, 0.0)
+
+    synth = _run("synthetic", 1, 1600.0, 0.0)
+    synth.breakdown = parts(0.0, 0.036, 0.003, 0.001)  # a 40 ms step at 64 per GPU
+    torch_run = _run("torch", 1, 1390.0, 0.02)
+    torch_run.breakdown = parts(0.001, 0.041, 0.003, 0.001)  # 46 ms, 1 ms of it waiting
+    result = _result([synth, torch_run])
+    fold_ceiling(result, _run("synthetic", 1, 1455.0, 0.0), "GPU")
+    va.compare(result)
+    k = 1600 / ((1600 + 1455) / 2)  # the ceiling's step at the mean rate: 41.9 ms
+    assert torch_run.slowdown_s == pytest.approx(0.045 - 0.040 * k)  # 3.1 ms, not 5.0
+    assert torch_run.slowdown_parts_s["forward_backward_s"] == pytest.approx(0.041 - 0.036 * k)
+    text = next(v.text for v in result.verdicts if v.loader == "torch")
+    assert "the loader slows training by 3.1 ms per step" in text
+    assert "over the synthetic ceiling's 41.9 ms step" in text
