@@ -84,10 +84,13 @@ def scaling_plot(result: VerifyResult, path: str | os.PathLike[str]) -> Path | N
 
 def _loader_lines(ax, loader: str, runs: list[VerifyRun], counts: list[int], color: str) -> None:
     """One loader's images/s with the data wait at each point, and its ideal line over
-    ``counts`` (labelled ``_ideal <loader>``: the legend has one entry for all ideal lines)."""
+    ``counts`` (labelled ``_ideal <loader>``: the legend has one entry for all ideal lines).
+    The ceiling is drawn as the fractions take it: the mean of its two runs where it ran twice."""
+    from feedbench.verify.analysis import ceiling_rate
+
     ax.plot(
         [r.gpus for r in runs],
-        [r.images_per_s for r in runs],
+        [ceiling_rate(r) if loader == SYNTHETIC else r.images_per_s for r in runs],
         marker="o",
         color=color,
         linewidth=2.2 if loader == SYNTHETIC else 1.5,
