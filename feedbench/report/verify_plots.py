@@ -99,7 +99,10 @@ def _loader_lines(ax, loader: str, runs: list[VerifyRun], counts: list[int], col
     base = runs[0]
     ax.plot(
         counts,
-        [base.images_per_s * n / base.gpus for n in counts],
+        [
+            (ceiling_rate(base) if loader == SYNTHETIC else base.images_per_s) * n / base.gpus
+            for n in counts
+        ],
         linestyle=":",
         color=color,
         alpha=0.6,
