@@ -141,3 +141,18 @@ def test_the_slowdown_is_over_the_mean_ceiling_s_step_as_the_fraction_is():
     text = next(v.text for v in result.verdicts if v.loader == "torch")
     assert "the loader slows training by 3.1 ms per step" in text
     assert "over the synthetic ceiling's 41.9 ms step" in text
+
+
+def test_a_failed_first_ceiling_is_replaced_by_the_run_after_the_loaders():
+    failed = VerifyRun("synthetic", 1, 256, 256, status="failed", error="rank 0 died")
+    result = _result([failed, _run("torch", 1, 1500.0, 0.01)])
+    fold_ceiling(result, _run("synthetic", 1, 1600.0, 0.0), "GPU")
+    va.compare(result)
+    assert [(r.loader, r.status) for r in result.runs] == [
+        ("synthetic", "failed"), ("torch", "ok"), ("synthetic", "ok")
+    ]  # fmt: skip
+    assert result.runs[1].ceiling_fraction == pytest.approx(1500 / 1600)
+    assert result.warnings == [
+        "the synthetic ceiling's first run on 1 GPU did not finish: the fractions there rest "
+        "on its run after the loaders alone"
+    ]
