@@ -295,13 +295,14 @@ SHARD, JPEG = r"shards/shard-\d{5}\.tar", r"images/class_\d{3}/\d{6}\.jpg"
         (["-n", "40", "--classes", "2", "--format", "shards", "--jobs", "2"], SHARD),
         (["-n", "40", "--classes", "2", "--format", "tree", "--jobs", "2"], JPEG),
         (["-n", "40", "--classes", "2", "--format", "tree", "--jobs", "1"], JPEG),
+        (["-n", "400", "--classes", "2", "--format", "tree", "--jobs", "1"], JPEG),  # a bar
     ],
-    ids=["npz", "npz-jobs-1", "tfrecord", "shards", "tree", "tree-jobs-1"],
+    ids=["npz", "npz-jobs-1", "tfrecord", "shards", "tree", "tree-jobs-1", "tree-400"],
 )
 def test_a_write_failing_in_a_writer_process_names_its_file(tmp_path, args, written):
     """A write that fails (a full disk) in a writer process (``--jobs 2``) or in the only one:
-    one error line naming the file that could not be written, not the output folder; exit 2,
-    no traceback."""
+    one error line naming the file that could not be written, not the output folder, and
+    nothing else; exit 2, no traceback."""
     out = tmp_path / "o"
     done = subprocess.run(
         [sys.executable, "-m", "feedbench", "sample", str(out), *args],
@@ -309,8 +310,9 @@ def test_a_write_failing_in_a_writer_process_names_its_file(tmp_path, args, writ
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert done.returncode == 2, done.stdout + done.stderr
-    assert "Traceback" not in done.stderr
-    (line,) = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    # the error line alone: no empty line before it (a progress bar's end, in a log)
+    (line,) = done.stderr.splitlines()
     where = rf"({re.escape(str(out))}/{written})"
     said = re.fullmatch(rf"error: cannot write (?:the sample )?to {where}: File too large", line)
     assert said, line

@@ -75,6 +75,8 @@ def sample(
     k, m = _part(part)
     if jobs is None and "LOCAL_WORLD_SIZE" in os.environ:  # torchrun: the cores shared out
         jobs = max(1, (os.cpu_count() or 1) // int(os.environ["LOCAL_WORLD_SIZE"]))
+    # a bar on a terminal only: elsewhere (a log, a pipe) a transient bar shows nothing, and rich
+    # ends it with an empty line, which came before an error line
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -83,7 +85,7 @@ def sample(
         TimeRemainingColumn(),
         console=err,
         transient=True,
-        disable=images < 200,
+        disable=images < 200 or not err.is_interactive,
     ) as bar:
         task = bar.add_task("encoding the pool", total=None)
 
@@ -131,6 +133,7 @@ def _workload(
         TimeRemainingColumn(),
         console=err,
         transient=True,
+        disable=not err.is_interactive,  # as above: no empty line in a log
     ) as bar:
         task = bar.add_task("sample", total=size_gb * 1e9)
         s = make_workload(out_dir, workload, size_gb, seed=seed, jobs=jobs,

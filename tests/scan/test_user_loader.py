@@ -336,6 +336,45 @@ def test_a_hanging_loader_ends_by_the_stall_timeout(dataset, cli, tmp_path, monk
     assert not _marked("FEEDBENCH_TEST_MARK", mark), "processes of the scan left behind"
 
 
+@pytest.mark.slow
+def test_consumers_that_hang_after_their_last_measurement_leave_it_whole(dataset, tmp_path):
+    """The one consumer writes its measurement, then hangs in its loader's exit handler (for
+    good: see fb_hangs_on_exit.py). The watch ends it after --stall-timeout with a warning on the
+    count, adds no failed measurement beside the complete one, and the scan goes on to 2
+    consumers (which leave cleanly) and ends as done (exit 0): commit 8196260."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    mark = uuid.uuid4().hex
+    given, out = spec("fb_hangs_on_exit.py"), tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "feedbench", "scan", str(dataset / "images"), "--loader", given,
+           "--consumers", "1,2", "-b", "2", "--step-time", "0.01", "--stall-timeout", "1",
+           "--json", str(out), "--no-plots"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT), FEEDBENCH_TEST_MARK=mark)
+    # ~15 s on a busy 2-core host: start-up, 2 counts, 1 s of silence + the watch's 2 s look at
+    # the sockets; a hang the watch missed would run into the timeout
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert time.monotonic() - t0 < 90
+    assert r.returncode == 0, r.stdout + r.stderr
+    doc = json.loads(out.read_text())
+    assert not doc["partial"] and doc["stopped_by"] is None and doc["failure"] is None
+    ms = [(m["consumers"], m["pass_name"], m["repeat"], m["failed"]) for m in doc["measurements"]]
+    assert ms == [(1, "cold", 1, None), (2, "cold", 1, None)]
+    assert all(m["samples"] == 6 * m["consumers"] for m in doc["measurements"])  # 3 batches of 2
+    assert [p["consumers"] for p in doc["curve"]] == [1, 2]
+    (ended,) = [w for w in doc["warnings"] if "ended by the watch" in w]
+    assert re.fullmatch(
+        rf"1 consumer: ended by the watch after their last measurement \(stalled: no consumer "
+        rf"took a batch from the loader {re.escape(given)} for \d+ s \(consumer 0 the longest\): "
+        rf"the loader, or the storage it reads, hangs \(--stall-timeout 1\)\)", ended)  # fmt: skip
+    assert f"warning: {ended}" in " ".join(r.stdout.split()), r.stdout  # shown too
+    assert "Traceback" not in r.stderr and "error:" not in r.stderr
+    assert not _marked("FEEDBENCH_TEST_MARK", mark), "processes of the scan left behind"
+
+
 def test_unequal_batch_counts_across_ranks_are_named(cli, tmp_path):
     """Through feedbench.measure with a spec and no data path (the page cache left alone)."""
     import feedbench
