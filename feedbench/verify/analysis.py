@@ -86,6 +86,7 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
         threshold = 1 - float(result.config.get("target_au", 0.9))
     synthetic = {r.gpus: r for r in ok_runs(result, SYNTHETIC)}
     ceiling = {g: ceiling_rate(r) for g, r in synthetic.items()}
+    steps = {g: ceiling_breakdown(r) for g, r in synthetic.items()}  # the ceiling's step, by count
     for loader in loaders_in(result):
         runs = ok_runs(result, loader)
         base = runs[0] if runs else None
@@ -98,20 +99,18 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             c = ceiling.get(r.gpus) if loader != SYNTHETIC else r.images_per_s
             if c and r.images_per_s > 0:
                 r.ceiling_fraction = r.images_per_s / c
-            slowdown(r, ceiling_breakdown(synthetic.get(r.gpus)) if loader != SYNTHETIC else None)
+            slowdown(r, steps.get(r.gpus) if loader != SYNTHETIC else None)
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
                        for loader in loaders_in(result)]  # fmt: skip
-    for v in result.verdicts:
+    for v in result.verdicts:  # at the largest count: the loader's slowdown, the ceiling's drift
         last = ok_runs(result, v.loader)[-1:]
-        ceil = synthetic.get(last[0].gpus) if last and v.loader != SYNTHETIC else None
-        step = ceiling_breakdown(ceil)
-        said = slowdown_text(last[0], step.step_s) if step is not None else None
+        if not last:
+            continue
+        step, ceil = steps.get(last[0].gpus), synthetic.get(last[0].gpus)
+        said = slowdown_text(last[0], step.step_s) if step and v.loader != SYNTHETIC else None
         if said:
             v.text += "; " + said
-    for v in result.verdicts:
-        last = ok_runs(result, v.loader)[-1:]
-        ceil = synthetic.get(last[0].gpus) if last else None
         if ceil is not None and ceil.ceiling_drift is not None:
             v.text += drift_text(ceil, v.loader == SYNTHETIC)
     for v in result.verdicts:
