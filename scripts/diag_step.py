@@ -78,6 +78,23 @@ def pin_thread(stop: threading.Event, period: float, nbytes: int) -> None:
         time.sleep(max(0.0, period - (time.perf_counter() - t0)))
 
 
+def helper_threads(
+    cond: str, args, period: float
+) -> tuple[list[threading.Thread], threading.Event]:
+    """The condition's threads in this process (+gil, +pinthread), started, once a ``period``
+    (a step); set the event to stop them."""
+    halt, threads = threading.Event(), []
+    if "+gil" in cond:
+        threads.append(threading.Thread(target=gil_thread, args=(halt, period, args.gil_ms / 1e3)))
+    if "+pinthread" in cond:
+        nbytes = args.batch * SIZE * SIZE * 3
+        threads.append(threading.Thread(target=pin_thread, args=(halt, period, nbytes)))
+    for t in threads:
+        t.daemon = True
+        t.start()
+    return threads, halt
+
+
 def schedstat() -> tuple[int, int]:
     """This thread's (ns on a CPU, ns waiting for one) so far."""
     try:
@@ -279,21 +296,7 @@ def main() -> None:
                 on.set()
                 time.sleep(0.5)
             before = os.sched_getaffinity(0)
-            threads, halt = [], threading.Event()
-            period = 1e3 / max(1.0, trainer.last_rate) * args.batch / 1e3
-            if "+gil" in c:
-                threads.append(
-                    threading.Thread(
-                        target=gil_thread, args=(halt, period, args.gil_ms / 1e3), daemon=True
-                    )
-                )
-            if "+pinthread" in c:
-                nbytes = args.batch * SIZE * SIZE * 3
-                threads.append(
-                    threading.Thread(target=pin_thread, args=(halt, period, nbytes), daemon=True)
-                )
-            for t in threads:
-                t.start()
+            threads, halt = helper_threads(c, args, args.batch / max(1.0, trainer.last_rate))
             if "+pin" in c and "+pinthread" not in c:
                 os.sched_setaffinity(0, set(reserved[:1]))  # this (the main) thread only
             m0 = time.monotonic()
