@@ -25,6 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from loaders import open_index  # noqa: E402
 from loaders.dali_backend import DealtFiles  # noqa: E402
+from loaders.errors import LoaderError  # noqa: E402
 
 
 def main() -> None:
@@ -37,7 +38,10 @@ def main() -> None:
     from nvidia.dali import fn, pipeline_def, types
     from nvidia.dali.pipeline import Pipeline
 
-    index = open_index(args.data)
+    try:
+        index = open_index(args.data)
+    except LoaderError as e:
+        sys.exit(f"error: {e}")
     n = len(index)
     dealt = DealtFiles(index.paths, n, 0, 1, 0, args.batch, n // args.batch, (0, 0))
     off, buf = dealt.offsets, dealt.buffer
