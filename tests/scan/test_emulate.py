@@ -125,6 +125,10 @@ def test_the_host_s_work_is_cpu_time_so_a_thread_holding_the_gil_makes_it_longer
     host_work(lambda: launched.append(1), 40, 0.2)
     assert len(launched) == 40 and time.thread_time() - c0 >= 0.2  # its own CPU time
     alone = time.perf_counter() - t0
+    for _ in range(2):  # the least of three: a run descheduled by other load is not "alone"
+        t0 = time.perf_counter()
+        host_work(lambda: None, 40, 0.2)
+        alone = min(alone, time.perf_counter() - t0)
 
     stop = threading.Event()
 
