@@ -243,6 +243,7 @@ class _Progress:
             TimeElapsedColumn(),
             console=err,
             transient=True,
+            disable=not err.is_interactive,  # a log or a pipe: no bar, and no empty line at stop
         )
         self.tasks: list[TaskID] = []
 

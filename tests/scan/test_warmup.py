@@ -88,7 +88,9 @@ def test_the_loop_measures_after_the_start_up():
     )  # fmt: skip
     assert stats.warmup_batches == 3 and stats.warmup_settled
     assert stats.batches == 23 and stats.steady_samples == 80
-    assert stats.data_wait_s < 0.05  # the start-up's 0.6 s of waits are not in it
+    # the start-up's 0.6 s of waits are not in it: one slow batch would add 0.2 s; the margin
+    # is for a loaded 2-core CI host (0.055 s over the 20 batches seen there)
+    assert stats.data_wait_s < 0.15
     assert stats.au > 0.8
     assert 80 / 0.2 * 0.75 < stats.steady_samples_per_s < 80 / 0.2 * 1.05
     assert len(raw["window_marks"]) == 20  # the items delivered in the window, no more
@@ -156,7 +158,9 @@ def test_no_repeat_measures_the_loaders_start_up(dataset, cli, tmp_path):
     fed = 4 / 0.02
     for m in ms:
         assert 0.85 * fed < m["steady_samples_per_s"] <= 1.05 * fed, m["steady_samples_per_s"]
-        assert m["au_mean"] > 0.9
+        # one slow batch inside would give 0.74 / 1.04 s = 0.71; a loaded 2-core CI host
+        # measured 0.86 with none inside
+        assert m["au_mean"] > 0.8
         assert m["window_s"] < 37 * 0.02 + 0.2  # no slow batch's 0.3 s in it
         (c,) = m["per_consumer"]
         assert c["batches"] == 40 and c["warmup_batches"] == 3 and c["warmup_settled"]
