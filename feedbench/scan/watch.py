@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 
 import psutil
@@ -111,10 +112,15 @@ def in_flight(config: ScanConfig, n: int, workers: int, done: int, why: str) -> 
     return RankOutcome(m, [], [])
 
 
+# "loaders.errors.LoaderError: …", "feedbench.core.errors.FeedbenchError: …": our own errors are
+# one line already; a foreign one (OSError, RuntimeError) keeps its name, which says something
+_OWN_ERROR = re.compile(
+    r"^(?:(?:loaders|feedbench)(?:\.\w+)+\.\w+|FeedbenchError|LoaderError|MissingDependencyError): "
+)
+
+
 def _last_line(text: str) -> str:
+    """The last line of a consumer's traceback, without our own error classes' names."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     last = lines[-1] if lines else text
-    for prefix in ("feedbench.core.errors.FeedbenchError: ", "FeedbenchError: "):
-        if last.startswith(prefix):
-            return last[len(prefix) :]
-    return last
+    return _OWN_ERROR.sub("", last, count=1)
