@@ -310,7 +310,11 @@ def test_a_hanging_loader_ends_by_the_stall_timeout(dataset, cli, tmp_path, monk
     consumer, its loader worker) behind."""
     from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()  # it serves this whole test session: started unmarked
+    from feedbench.scan.run import start_consumer_server
+
+    # both serve this whole test session: started unmarked (alone, this test started them)
+    resource_tracker.ensure_running()
+    start_consumer_server()
     mark = uuid.uuid4().hex
     monkeypatch.setenv("FEEDBENCH_TEST_MARK", mark)  # inherited by every process of the scan
     given, out = spec("fb_hanging.py"), tmp_path / "r.json"
