@@ -110,6 +110,21 @@ def supported_text(n: int | None, at_least: bool = False) -> str:
     return f"≥ {n}" if at_least else str(n)
 
 
+def _drift_text(gpu) -> str:
+    """", up to 7% apart before and after a pass": the step alone measured on both sides of a
+    pass moved that much (its mean is the length used); said from verify's ceiling's share."""
+    from feedbench.verify.analysis import DRIFT_SAID
+
+    drifts = [
+        abs(s.step_alone_after_s - s.step_alone_before_s) / s.step_alone_s
+        for s in gpu
+        if getattr(s, "step_alone_after_s", None) and getattr(s, "step_alone_before_s", None)
+    ]
+    if not drifts or max(drifts) < DRIFT_SAID:
+        return ""
+    return f", up to {max(drifts):.0%} apart before and after a pass"
+
+
 def emulation_text(measurements) -> str | None:
     """How the step was emulated, from the consumers' results: a sleep (blind to a loader
     slowing the step), or kernels on the GPU with the step's measured cost from the loader."""
@@ -132,7 +147,9 @@ def emulation_text(measurements) -> str | None:
         what += (
             f" ({min(alone) * 1e3:.1f}"
             + (f"–{max(alone) * 1e3:.1f}" if max(alone) - min(alone) >= 5e-5 else "")
-            + " ms alone here)"
+            + " ms alone here"
+            + _drift_text(gpu)
+            + ")"
         )
     return (
         f"{what}; the loader made a step {extra * 1e3:.1f} ms longer than alone "

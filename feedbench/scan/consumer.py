@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader
 
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
-from feedbench.scan.emulate import GpuAccelerator, ModelAccelerator, Timing
+from feedbench.scan.emulate import GpuAccelerator, ModelAccelerator, StepOnGpu, Timing
 from feedbench.scan.merge import MARKS, Clock, set_shares, stage_stats
 from feedbench.scan.results import KEEP_NAMES, ConsumerStats, SampleError, StageStats
 from feedbench.scan.sources import Source
@@ -362,8 +362,11 @@ def run_consumer(
     progress: Callable[[int], None] | None = None,
     batches: Iterable[tuple[Any, BatchTimes]] | None = None,
     loader_name: str | None = None,
+    accelerator: Any = None,
 ) -> tuple[ConsumerStats, list[SampleError], dict[str, np.ndarray]]:
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
+    ``accelerator``: a GPU step kept across passes, its length alone just measured (else one
+    made here from ``steps``).
 
     Data wait = time blocked in ``next()`` plus the pinned host→GPU copy; measured steps are those
     after ``warmup_batches``. A KeyboardInterrupt propagates to the caller. Returns the stats, the
@@ -380,14 +383,15 @@ def run_consumer(
     barrier = StepBarrier(group) if sync else None
     tally = Tally(stages, steps.warmup_batches, steps.ahead)
     barrier_idle_s = barrier.idle_cost() if barrier is not None else None
-    accelerator = make_accelerator(steps, device)
+    if accelerator is None:
+        accelerator = make_accelerator(steps, device)
     consume_batches(loader, tally, accelerator, copies=copies, barrier=barrier, progress=progress)
     if copies is not None:
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
     if steps.step_s > 0:
-        on_gpu = isinstance(accelerator, (GpuAccelerator, ModelAccelerator))
+        on_gpu = isinstance(accelerator, StepOnGpu)
         stats.emulate = "gpu" if on_gpu else "sleep"
         if on_gpu:
             stats.step_alone_s = accelerator.idle_s
@@ -398,6 +402,28 @@ def run_consumer(
     raw = {"read": np.asarray(tally.read_latencies, dtype=np.float32)}
     raw[MARKS] = tally.window_marks()
     return stats, tally.kept_errors, raw
+
+
+def bracket_step_alone(stats: ConsumerStats, accelerator: Any) -> None:
+    """After a pass, its loader stopped: the GPU step measured alone again, and its length
+    alone taken as the mean of before and after. A launch-bound step's own length follows the
+    host (ResNet-50 at 64 per GPU on an H200: 29.9-39.8 ms between repeats, BENCHMARKS run 11),
+    so a measurement before the pass alone charges the loader with the host's drift. The
+    loader's cost (the window's steps over that length, floored once) and the AU follow."""
+    if stats.step_alone_s is None or not hasattr(accelerator, "measure_alone"):
+        return
+    before, after = stats.step_alone_s, accelerator.measure_alone()
+    alone = (before + after) / 2
+    stats.step_alone_s, stats.step_alone_before_s, stats.step_alone_after_s = alone, before, after
+    steps = stats.batches - stats.warmup_batches  # the window's steps (Tally.stop)
+    if steps <= 0:
+        return
+    stats.step_extra_s = max(0.0, stats.step_s - steps * alone)
+    stats.au = accelerator_utilisation(
+        stats.step_s - stats.step_extra_s,
+        stats.data_wait_s + stats.step_extra_s,
+        stats.sync_wait_s,
+    )
 
 
 def make_accelerator(steps: StepOptions, device: torch.device | None):
@@ -415,7 +441,7 @@ def make_accelerator(steps: StepOptions, device: torch.device | None):
 def consume_batches(
     loader: Iterable[tuple[Any, BatchTimes]],
     tally: Tally,
-    accelerator: Accelerator | GpuAccelerator | ModelAccelerator | float,
+    accelerator: Accelerator | StepOnGpu | float,
     *,
     copies: Copies | None = None,
     barrier: StepBarrier | None = None,
@@ -424,7 +450,7 @@ def consume_batches(
     """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
     the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
     The loader's workers start with the clock and stop when this returns."""
-    if not isinstance(accelerator, (Accelerator, GpuAccelerator, ModelAccelerator)):
+    if not isinstance(accelerator, (Accelerator, StepOnGpu)):
         accelerator = Accelerator(accelerator)  # a step length: sleep it
     # gpu: a step longer than the same step alone is the loader's cost to it
     idle_s = getattr(accelerator, "idle_s", None)

@@ -6,8 +6,9 @@ copies and GPU decode slow it). Here a step does what a training step does to th
 device: the consumer's main thread launches real kernels (bf16 matmuls, sized by a calibration)
 spread over the profile's host time per step, and the step ends when the GPU has run them. A
 loader that takes the GIL, the cores or the GPU from it makes the step longer than the same
-step measured alone before the loop: that excess is the step's inflation, and it counts
-against the accelerator utilisation as verify's slower step does against its ceiling.
+step measured alone before and after the pass (the mean: a launch-bound step's own length
+drifts with the host, as verify's ceiling does): that excess is the step's inflation, and it
+counts against the accelerator utilisation as verify's slower step does against its ceiling.
 
 Where the profile names a model torchvision has (``resnet50-h200``), the step is that model's
 own training step (forward and backward under bf16 autocast, channels_last, SGD) on a batch
@@ -27,9 +28,10 @@ import torch
 
 MODES = ("auto", "gpu", "sleep")
 MATMUL_N = 2048  # one kernel ≈ 20-30 µs on an H200: a step of 14-55 ms is 500-2,500 launches
-# steps measured alone, before the loop: the step's own length here, their mean (the loader's
-# cost is the window's mean over it: a median under a right-skewed step would count the skew
-# as the loader's); a launch-bound step moved ±4 ms step to step on an H200 at 64 per GPU
+# steps measured alone, before and after each pass: the step's own length here, their mean
+# (the loader's cost is the window's mean over it: a median under a right-skewed step would
+# count the skew as the loader's); a launch-bound step moved ±4 ms step to step on an H200 at
+# 64 per GPU
 IDLE_STEPS = 24
 
 
@@ -55,13 +57,30 @@ class Timing:
     image_size: int = 224
 
 
-class GpuAccelerator:
-    """Kernels launched from this thread: ``device_s`` of matmuls per step on ``device``,
-    their launches spread over ``host_s``; the step ends when the last one has run.
+class StepOnGpu:
+    """What both GPU steps share: ``step()`` returns the time the step took; ``idle_s`` is the
+    mean of ``IDLE_STEPS`` steps taken alone (no loader running), so ``took - idle_s`` is what
+    the loader cost the step. Built once per consumer, measured alone again before and after
+    every pass (:func:`feedbench.scan.consumer.bracket_step_alone`)."""
 
-    ``step()`` returns the time the step took; ``idle_s`` is the mean of ``IDLE_STEPS`` steps
-    taken alone (no loader running), so ``took - idle_s`` is what the loader cost the step.
-    """
+    idle_s: float
+
+    def step(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def step_s(self) -> float:
+        return self.idle_s
+
+    def measure_alone(self) -> float:
+        """The step's mean length over ``IDLE_STEPS`` steps now (kept as ``idle_s``)."""
+        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
+        return self.idle_s
+
+
+class GpuAccelerator(StepOnGpu):
+    """Kernels launched from this thread: ``device_s`` of matmuls per step on ``device``,
+    their launches spread over ``host_s``; the step ends when the last one has run."""
 
     def __init__(self, timing: Timing, device: torch.device) -> None:
         self.timing, self.device = timing, device
@@ -72,11 +91,7 @@ class GpuAccelerator:
             self.out = torch.empty_like(self.a)
             self.kernel_s = self._kernel_time()
         self.launches = max(1, round(timing.device_s / self.kernel_s))
-        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
-
-    @property
-    def step_s(self) -> float:
-        return self.idle_s
+        self.measure_alone()
 
     def _kernel_time(self, repeats: int = 50) -> float:
         """One matmul's device time, from CUDA events over ``repeats`` after a warm-up."""
@@ -139,11 +154,10 @@ def in_ddp(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return DDP(model, device_ids=[device.index], process_group=_NCCL[0])
 
 
-class ModelAccelerator:
+class ModelAccelerator(StepOnGpu):
     """A real training step of ``timing.model`` from this thread on ``device``: forward and
     backward under bf16 autocast (channels_last, as verify trains), SGD, then wait for the
-    GPU. ``idle_s`` is its mean length alone, measured before the loop as
-    :class:`GpuAccelerator`'s."""
+    GPU."""
 
     def __init__(self, timing: Timing, device: torch.device) -> None:
         from feedbench.verify.worker.models import build_model
@@ -163,11 +177,7 @@ class ModelAccelerator:
             self.labels = torch.randint(0, 1000, (n,), device=device)
         for _ in range(MODEL_WARMUP):
             self.step()
-        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
-
-    @property
-    def step_s(self) -> float:
-        return self.idle_s
+        self.measure_alone()
 
     def step(self) -> float:
         t0 = time.perf_counter()

@@ -21,7 +21,13 @@ from feedbench.core.monitor import Monitor
 from feedbench.scan import cache, emulate, factory
 from feedbench.scan.batches import TrainingLoader
 from feedbench.scan.config import ScanConfig, plan
-from feedbench.scan.consumer import StepOptions, consumer_units, run_consumer
+from feedbench.scan.consumer import (
+    StepOptions,
+    bracket_step_alone,
+    consumer_units,
+    make_accelerator,
+    run_consumer,
+)
 from feedbench.scan.factory import is_user_spec
 from feedbench.scan.merge import build_measurement
 from feedbench.scan.opening import SCAN_PID_ENV, open_source
@@ -85,6 +91,8 @@ class Consumer:
     steps: StepOptions
     device: Any = None  # this rank's GPU, where transfer or a training loader wants one
     loader: TrainingLoader | None = None  # the training loader under --loader
+    # --emulate gpu: the step (a model in DDP, or timed kernels), built at the first pass
+    accelerator: Any = None
 
 
 def open_consumer(
@@ -253,6 +261,7 @@ def consume(
     if c.loader is not None:
         c.loader.set_epoch(epoch)
         batches = c.loader.batches()
+    accelerator = gpu_step(c)
     consumed = run_consumer(
         c.source,
         units,
@@ -268,6 +277,7 @@ def consume(
         progress=progress,
         batches=batches,
         loader_name=c.loader.name if c.loader is not None else c.config.loader,
+        accelerator=accelerator,
     )
     if c.loader is not None:
         beat = (lambda: progress(0)) if progress is not None else None
@@ -276,7 +286,22 @@ def consume(
         # so that nothing of the next pass is read before its cache eviction or done before its
         # clock starts; each pass starts the loader anew
         c.loader.close()
+    if accelerator is not None:  # every rank alike: a model's step in DDP is a collective
+        bracket_step_alone(consumed[0], accelerator)
     return consumed
+
+
+def gpu_step(c: Consumer) -> Any:
+    """The consumer's GPU step for this pass, its length alone measured now (no loader
+    running): built at the first pass (a model: seconds), kept for the next ones. None where the
+    step is a sleep (made per pass by run_consumer: it carries the pass's late wake-ups)."""
+    if c.steps.emulate != "gpu" or c.steps.step_s <= 0:
+        return None
+    if c.accelerator is None:
+        c.accelerator = make_accelerator(c.steps, c.device)  # measured alone as it is built
+    else:
+        c.accelerator.measure_alone()
+    return c.accelerator
 
 
 def _start_monitor(label: str, config: ScanConfig) -> Monitor:

@@ -67,7 +67,10 @@ class ConsumerStats:
     # it; counted against the AU), and which emulation ran ("sleep" or "gpu")
     step_extra_s: float = 0.0
     emulate: str | None = None
-    step_alone_s: float | None = None  # gpu: the step's mean length alone, before the loop
+    # gpu: the step's mean length alone, before and after the pass (their mean), and each
+    step_alone_s: float | None = None
+    step_alone_before_s: float | None = None
+    step_alone_after_s: float | None = None
     step_model: str | None = None  # gpu: the model whose real step it was (else matmuls)
     data_wait_s: float = 0.0  # time blocked waiting for the next batch, measured steps
     sync_wait_s: float = 0.0  # time waiting for the other consumers at the step barrier

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import time
 
+import numpy as np
 import pytest
 import torch
 
 from feedbench.scan.consumer import Tally, accelerator_utilisation, consumer_stats
+from feedbench.scan.emulate import StepOnGpu
 from feedbench.scan.profiles import get_profile
 
 
@@ -182,3 +184,83 @@ def test_a_window_faster_than_the_step_alone_costs_nothing_and_gains_nothing():
         tally.count_step(4, t_ready=0.0, wait_s=0.0, sync_wait_s=0.0, step_s=0.028, extra_s=-0.002)
     tally.stop()
     assert tally.step_extra_s == 0.0
+
+
+class _DriftingStep(StepOnGpu):
+    """A GPU step whose length is scripted (no GPU needed): ``alone`` gives the lengths of its
+    measurements alone in turn, ``window`` every step of the pass."""
+
+    def __init__(self, alone: list[float], window: float) -> None:
+        self.alone, self.window, self.late_s, self.owed_s = list(alone), window, 0.0, 0.0
+        self.measure_alone()
+
+    def measure_alone(self) -> float:
+        self.idle_s = self.alone.pop(0)
+        return self.idle_s
+
+    def step(self) -> float:
+        return self.window
+
+
+@pytest.mark.parametrize(
+    ("alone", "window", "extra_ms"),
+    [
+        # the host slowed from 20 to 30 ms a step over the pass: its mean, 25, is no loader's
+        ((0.020, 0.030), 0.025, 0.0),
+        # the same host drift and 5 ms a step that are the loader's
+        ((0.020, 0.030), 0.030, 5.0),
+        # a steady host: the loader's 5 ms stay whole
+        ((0.020, 0.020), 0.025, 5.0),
+    ],
+)
+def test_the_step_alone_is_measured_before_and_after_the_pass(alone, window, extra_ms):
+    """bracket_step_alone: the step's length alone is the mean of its measurements before and
+    after the pass, and the loader's cost and the AU are taken over it."""
+    from feedbench.scan.consumer import StepOptions, bracket_step_alone, run_consumer
+    from feedbench.scan.stream import BatchTimes
+
+    step = _DriftingStep(list(alone), window)
+    items = [(None, BatchTimes(samples=4, files=4, read_bytes=400)) for _ in range(21)]
+    stats, _, _ = run_consumer(
+        None, np.empty(0, np.int64), (), rank=0, batch_size=4, workers=0,
+        steps=StepOptions(step_s=0.02, warmup_batches=1), batches=iter(items), accelerator=step,
+    )  # fmt: skip
+    assert stats.batches == 21 and stats.warmup_batches == 1
+    assert stats.emulate == "gpu" and stats.step_alone_s == alone[0]  # before the pass
+    bracket_step_alone(stats, step)
+    assert stats.step_alone_before_s == alone[0] and stats.step_alone_after_s == alone[1]
+    assert stats.step_alone_s == pytest.approx(sum(alone) / 2)
+    assert stats.step_extra_s / 20 == pytest.approx(extra_ms / 1e3, abs=1e-9)
+    own = 20 * (window - extra_ms / 1e3)
+    lost = stats.data_wait_s + stats.sync_wait_s + stats.step_extra_s
+    assert stats.au == pytest.approx(own / (own + lost))
+
+
+def test_a_consumer_keeps_its_gpu_step_and_measures_it_alone_before_each_pass():
+    from types import SimpleNamespace
+
+    from feedbench.scan.consumer import StepOptions
+    from feedbench.scan.rank import gpu_step
+
+    kept = _DriftingStep([0.020, 0.022, 0.024], 0.025)
+    c = SimpleNamespace(steps=StepOptions(step_s=0.02, emulate="gpu"), accelerator=kept)
+    assert gpu_step(c) is kept and kept.idle_s == 0.022  # measured again, not rebuilt
+    assert gpu_step(c) is kept and kept.idle_s == 0.024
+    asleep = SimpleNamespace(steps=StepOptions(step_s=0.02, emulate="sleep"), accelerator=None)
+    assert gpu_step(asleep) is None  # a sleep is made per pass by run_consumer
+
+
+def test_the_emulation_text_says_a_step_alone_that_moved_over_a_pass():
+    from types import SimpleNamespace
+
+    from feedbench.report.fmt import emulation_text
+
+    def consumer(before, after):
+        return SimpleNamespace(emulate="gpu", batches=11, step_extra_s=0.0, step_model=None,
+                               step_alone_s=(before + after) / 2, step_alone_before_s=before,
+                               step_alone_after_s=after)  # fmt: skip
+
+    moved = emulation_text([SimpleNamespace(per_consumer=[consumer(0.030, 0.0331)])])
+    assert "(31.5 ms alone here, up to 10% apart before and after a pass)" in moved
+    still = emulation_text([SimpleNamespace(per_consumer=[consumer(0.030, 0.0305)])])
+    assert "(30.2 ms alone here)" in still  # under 3%: not said
