@@ -55,6 +55,9 @@ class Timing:
     model: str = ""  # a torchvision model name: train it instead of timed matmuls
     batch_size: int = 0
     image_size: int = 224
+    # the model in DDP over the consumers: only with synced steps (--async-steps lets consumers
+    # take different numbers of steps, and a DDP step is a collective every rank must join)
+    ddp: bool = True
 
 
 class StepOnGpu:
@@ -167,7 +170,7 @@ class ModelAccelerator(StepOnGpu):
         torch.backends.cudnn.benchmark = True
         with torch.cuda.device(device):
             model = build_model(timing.model, 1000).to(device, memory_format=torch.channels_last)
-            self.model = in_ddp(model, device)
+            self.model = in_ddp(model, device) if timing.ddp else model
             self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
             self.loss = torch.nn.CrossEntropyLoss()
             n, size = max(1, timing.batch_size), timing.image_size

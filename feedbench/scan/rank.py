@@ -108,7 +108,8 @@ def open_consumer(
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
     timing = emulate.Timing(host_s=p.host_s, device_s=p.device_s or p.step_s, model=p.model,
-                            batch_size=p.batch_size, image_size=p.image_size)  # fmt: skip
+                            batch_size=p.batch_size, image_size=p.image_size,
+                            ddp=not config.async_steps)  # fmt: skip
     ahead = loader_ahead(config.loader, config.loader_options, workers)
     steps = StepOptions(p.step_s, not config.async_steps, config.warmup_batches, mode, timing,
                         ahead=ahead)  # fmt: skip
