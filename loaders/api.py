@@ -194,6 +194,9 @@ def build_loader(
       never kept waiting by a decoder), ``batch_transform`` (your callable on each uint8 N×3×H×W
       batch, on the output device, before the normalisation; ``normalize=False`` yields its
       output, or the uint8 batch, as it is: :class:`loaders.transforms.BatchOutput`),
+    * torch, wds: ``slots`` (workers decode into batch slots of one buffer page-locked once,
+      copied to the GPU from there: no pin thread, no new shared memory per batch; on by default
+      where batches go to a GPU, ``False`` for DataLoader's pin thread; :mod:`loaders.slots`),
     * dali, wds: ``shuffle_buffer`` (samples; split among the workers for wds; dali: shards only,
       training on a tree takes torch's order),
     * dali: ``hw_decoder_load`` (share of JPEGs for the GPU's hardware decoder; 0.99),

@@ -20,11 +20,13 @@ class DevicePrefetcher:
     """
 
     def __init__(
-        self, batches: Iterable, device: torch.device, normalize: Normalize | BatchOutput
-    ) -> None:
+        self, batches: Iterable, device: torch.device, normalize: Normalize | BatchOutput,
+        slots=None,
+    ) -> None:  # fmt: skip
         self.batches = batches
         self.device = device
         self.normalize = normalize
+        self.slots = slots  # loaders.slots.BatchSlots the host batches are views of, if any
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         if self.device.type != "cuda":
@@ -42,6 +44,10 @@ class DevicePrefetcher:
             with torch.cuda.stream(stream):
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
+                if self.slots is not None:  # the slot goes back once this copy is done
+                    done = torch.cuda.Event()
+                    done.record(stream)
+                    self.slots.copied(done)
                 return self.normalize(images), labels, keys
 
         nxt = issue()

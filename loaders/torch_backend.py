@@ -12,15 +12,17 @@
 * The dataset is map-style over numpy arrays (paths in one byte buffer, labels, shard offsets), so
   workers do not grow by copy-on-read of Python objects.
 * A worker builds a whole batch (``__getitems__``): it decodes each image the fast way
-  (:class:`loaders.decode.CpuDecoder`: crop first, DCT-scaled decode, uint8 resize) straight into a
-  uint8 N×H×W×3 tensor allocated in shared memory, so handing it to the main process copies nothing.
-  Augmentation randomness comes from ``(seed, epoch, rank, batch)``: the same whatever the number
-  of workers.
-* The DataLoader pins batches (``pin_memory``), keeps workers alive (``persistent_workers``) and
-  prefetches ``prefetch`` batches per worker, across epoch boundaries (one iterator over an
-  endless batch sampler: the workers start epoch e + 1 while epoch e's last batches are used);
-  :class:`loaders.prefetch.DevicePrefetcher` copies the next batch with ``non_blocking`` on a
-  side stream and normalises it on the GPU.
+  (:class:`loaders.decode.CpuDecoder`: crop first, DCT-scaled decode, uint8 resize) straight into
+  shared memory, so handing it to the main process copies nothing. Where batches go to a GPU that
+  memory is the worker's next batch slot (:mod:`loaders.slots`: one buffer the training process
+  page-locked once; ``slots=False``: a new shared tensor per batch, pinned by DataLoader's pin
+  thread). Augmentation randomness comes from ``(seed, epoch, rank, batch)``: the same whatever the
+  number of workers.
+* The DataLoader keeps workers alive (``persistent_workers``) and prefetches ``prefetch`` batches
+  per worker, across epoch boundaries (one iterator over an endless batch sampler: the workers
+  start epoch e + 1 while epoch e's last batches are used);
+  :class:`loaders.prefetch.DevicePrefetcher` copies the next batch with ``non_blocking`` on a side
+  stream and normalises it on the GPU.
 
 Bad input: skipped and counted. A file that cannot be read or decoded (corrupt, zero bytes, not an
 image) is left out of its batch, which is then smaller by one; it is listed in ``loader.skipped``.
@@ -47,6 +49,7 @@ from loaders.dist import eval_indices, shard_indices
 from loaders.dropin import SourceInfo
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
+from loaders.slots import SPARE, BatchSlots, SlotBatch
 
 # How far below the training process's priority the workers run (``worker_nice``; 0: the same).
 WORKER_NICE = 10
@@ -106,13 +109,15 @@ class ImageDataset(SourceInfo, Dataset):
     ``loader.dataset`` (:class:`loaders.dropin.SourceInfo`)."""
 
     def __init__(
-        self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False
-    ) -> None:
+        self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False,
+        slots: BatchSlots | None = None,
+    ) -> None:  # fmt: skip
         self.index = index
         self.decoder = decoder
         self.seed = seed
         self.rank = rank
         self.pin = pin
+        self.slots = slots  # workers decode into these (loaders.slots)
         self._fds: dict[int, int] = {}
         self._pid = -1
 
@@ -144,7 +149,10 @@ class ImageDataset(SourceInfo, Dataset):
         epoch, batch, indices = request
         size = self.decoder.size
         rng = np.random.default_rng([self.seed, epoch, self.rank, batch])
-        images = _new_uint8((len(indices), size, size, 3), self.pin)
+        if self.slots is not None and get_worker_info() is not None:
+            slot, images, labels = self.slots.claim()
+        else:
+            slot, images = None, _new_uint8((len(indices), size, size, 3), self.pin)
         out = images.numpy()
         keep: list[int] = []
         skipped: list[Skipped] = []
@@ -160,6 +168,9 @@ class ImageDataset(SourceInfo, Dataset):
                 skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
                 continue
             keep.append(i)
+        if slot is not None:  # the slot's number and small arrays (pickled, no shared memory)
+            labels[: len(keep)] = torch.from_numpy(self.index.labels[keep].astype(np.int64))
+            return SlotBatch(slot, len(keep), np.asarray(keep, dtype=np.int64), skipped)
         keys = torch.tensor(keep, dtype=torch.int64)
         labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
         return images[: len(keep)], labels, keys, skipped
@@ -232,6 +243,7 @@ class WorkersAcrossEpochs:
     _iter: Iterator | None = None  # the DataLoader's iterator, across epochs
     _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
     _loader_cpus: set[int] | None = None  # where its workers run (loaders.affinity)
+    slots: BatchSlots | None = None  # what its workers decode into (loaders.slots)
 
     def _epoch_items(
         self, epoch: int, count: int, start: Callable[[], None], restart: bool = False
@@ -243,12 +255,31 @@ class WorkersAcrossEpochs:
             return
         if restart or self._iter is None or self._ready_epoch != epoch:
             start()
+            self._hand_back()
             with started_on(self._loader_cpus):  # the workers and the pin-memory thread
                 self._iter = start_workers(self.dataloader)
         self._ready_epoch = None  # midway until every item of the epoch is taken
         for _ in range(count):
+            self._hand_back()  # before waiting on the workers, who may wait on a slot
             yield next(self._iter)
         self._ready_epoch = epoch + 1
+
+    def _batch_slots(
+        self, slots: bool | None, workers: int, prefetch: int, pin: bool
+    ) -> BatchSlots | None:
+        """The workers' batch slots (:mod:`loaders.slots`): by default wherever batches go to a
+        GPU from worker processes; ``slots=True`` also on the CPU (each batch then copied out)."""
+        if workers <= 0 or not (pin if slots is None else slots):
+            return None
+        made = BatchSlots(workers, prefetch + SPARE, self.batch_size, self.image_size)
+        if pin:
+            made.pin()
+        return made
+
+    def _hand_back(self) -> None:
+        """Batch slots whose copies are done go back to the workers (:mod:`loaders.slots`)."""
+        if self.slots is not None:
+            self.slots.hand_back()
 
     def close(self) -> None:
         self._iter, self._ready_epoch = None, None
@@ -256,6 +287,8 @@ class WorkersAcrossEpochs:
         if it is not None and hasattr(it, "_shutdown_workers"):
             it._shutdown_workers()
         self.dataloader._iterator = None
+        if self.slots is not None:
+            self.slots.close()
 
 
 class TorchLoader(WorkersAcrossEpochs, LoaderBase):
@@ -277,6 +310,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         reserve_cores: int = RESERVE_CORES,
         batch_transform=None,
         normalize: bool = True,
+        slots: bool | None = None,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
@@ -285,8 +319,11 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
         pin = self.device.type == "cuda"
+        self.slots = self._batch_slots(slots, workers, prefetch, pin)
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
-        self.dataset = ImageDataset(index, self.decoder, self.seed, info.rank, pin=pin)
+        self.dataset = ImageDataset(
+            index, self.decoder, self.seed, info.rank, pin=pin, slots=self.slots
+        )
         self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
@@ -294,7 +331,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             batch_sampler=self.batch_sampler,
             num_workers=workers,
             collate_fn=_as_is,
-            pin_memory=pin and workers > 0,
+            pin_memory=pin and workers > 0 and self.slots is None,
             **kwargs,
         )
 
@@ -338,11 +375,15 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             self.batch_sampler.start = point
 
         count = self._part_length(point) - point.batches
-        for images, labels, keys, skipped in self._epoch_items(
-            epoch, count, begin, restart=start is not None
-        ):
+        for item in self._epoch_items(epoch, count, begin, restart=start is not None):
+            if isinstance(item, SlotBatch):  # on the CPU copied out of the slot
+                assert self.slots is not None
+                item = (*self.slots.unpack(item, copy=self.device.type != "cuda"), item.skipped)
+            images, labels, keys, skipped = item
             self._record_skipped(skipped)
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
-        yield from DevicePrefetcher(self._host_batches(epoch, start), self.device, self.output)
+        yield from DevicePrefetcher(
+            self._host_batches(epoch, start), self.device, self.output, slots=self.slots
+        )

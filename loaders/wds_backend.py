@@ -65,6 +65,7 @@ from loaders.dropin import SourceInfo
 from loaders.errors import LoaderError
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint
+from loaders.slots import BatchSlots, SlotBatch
 from loaders.torch_backend import WORKER_NICE, WorkersAcrossEpochs, _new_uint8, worker_options
 
 
@@ -119,8 +120,10 @@ class ShardStream(SourceInfo, IterableDataset):
         shuffle_buffer: int,
         pin: bool,
         mark_repeats: bool = False,
+        slots: BatchSlots | None = None,
     ) -> None:
         self.index = index
+        self.slots = slots  # workers decode whole chunks into these (loaders.slots)
         self.mark_repeats = mark_repeats
         self.decoder = decoder
         self.rank = rank
@@ -253,26 +256,40 @@ class ShardStream(SourceInfo, IterableDataset):
             fake = sent * num_workers + worker < skip
             # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
             rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
-            images, keys, skipped = self._chunk(samples, n, rng, fake, own - done)
+            slot, target, slot_labels = self._target(n, fake)
+            images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
             skipped += read_errors
             read_errors.clear()
             done += n
             sent += 1
             labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
-            yield images, labels, torch.from_numpy(keys), skipped, epoch
+            if slot is not None:  # the slot's number and small arrays (pickled, no shared memory)
+                slot_labels[: len(keys)] = labels
+                yield SlotBatch(slot, len(keys), keys, skipped, epoch)
+            else:
+                yield images, labels, torch.from_numpy(keys), skipped, epoch
         for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
             none = torch.empty(0, dtype=torch.int64)
             yield torch.empty((0, size, size, 3), dtype=torch.uint8), none, none, [], epoch
 
-    def _chunk(self, samples, n: int, rng, fake: bool, repeats_from: int):
-        """``n`` samples decoded into one uint8 chunk (``fake``: read, left undecoded).
+    def _target(self, n: int, fake: bool):
+        """Where a chunk of ``n`` is decoded: (slot, its images, its labels) of the worker's
+        next batch slot, or (None, a new uint8 tensor, None); chunks left undecoded (resuming)
+        take no slot."""
+        if self.slots is not None and not fake and get_worker_info() is not None:
+            slot, images, labels = self.slots.claim()
+            return slot, images[:n], labels
+        size = self.decoder.size
+        return None, _new_uint8((n, size, size, 3), self.pin), None
+
+    def _chunk(self, samples, images: torch.Tensor, rng, fake: bool, repeats_from: int):
+        """``len(images)`` samples decoded into ``images`` (``fake``: read, left undecoded).
 
         Training replaces a sample that fails to decode with the next one (counts stay exact);
         evaluation leaves it out (every sample at most once), so the chunk is smaller. Even
         evaluation (``mark_repeats``): the key of the ``repeats_from``-th read on, a repeat of
         the worker's own samples, is stored as ``-1 - key`` (:meth:`WdsLoader._mark_repeats`)."""
-        size = self.decoder.size
-        images = _new_uint8((n, size, size, 3), self.pin)
+        n = len(images)
         out = images.numpy()
         keys = np.empty(n, dtype=np.int64)
         skipped: list[Skipped] = []
@@ -362,6 +379,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         reserve_cores: int = RESERVE_CORES,
         batch_transform=None,
         normalize: bool = True,
+        slots: bool | None = None,
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
@@ -388,6 +406,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         self.workers = workers
         pin = self.device.type == "cuda"
         self.pin = pin
+        self.slots = self._batch_slots(slots, workers, prefetch, pin)
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.dataset = ShardStream(
             index,
@@ -401,13 +420,14 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             shuffle_buffer=max(1, shuffle_buffer // max(1, workers)),
             pin=pin and workers == 0,
             mark_repeats=self.even_batches,
+            slots=self.slots,
         )
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
             self.dataset,
             batch_size=None,
             num_workers=workers,
-            pin_memory=pin and workers > 0,
+            pin_memory=pin and workers > 0 and self.slots is None,
             **kwargs,
         )
 
@@ -421,12 +441,23 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             self.dataset.epoch[0], self.dataset.skip[0] = epoch, skip
 
         chunks = self._epoch_items(epoch, items, begin, restart=start is not None)
-        for images, labels, keys, skipped, e in chunks:
+        for item in chunks:
+            if isinstance(item, SlotBatch):
+                item = self._from_slot(item)
+            images, labels, keys, skipped, e = item
             if e != epoch:  # the workers' turn guarantees this; a broken turn must not pass
                 raise RuntimeError(f"wds: a chunk of epoch {e} arrived in epoch {epoch}")
             self._record_skipped(skipped)
             if len(images):
                 yield images, labels, keys
+
+    def _from_slot(self, chunk: SlotBatch):
+        """A chunk in its slot as the workers' other chunks: a whole batch stays a view of the
+        slot until its copy to the GPU; a shorter one (a worker's last of an epoch), waiting in
+        :func:`rebatch` for others, is copied out and its slot handed back at once."""
+        assert self.slots is not None
+        copy = self.device.type != "cuda" or chunk.n != self.batch_size
+        return (*self.slots.unpack(chunk, copy), chunk.skipped, chunk.epoch)
 
     def _resume_skip(self, epoch: int, batches: int) -> int:
         """How many of the epoch's first chunks (in the workers' turn) only batches before
@@ -452,7 +483,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
-        yield from DevicePrefetcher(batches, self.device, self.output)
+        yield from DevicePrefetcher(batches, self.device, self.output, slots=self.slots)
 
     def dealt_per_rank(self) -> int:
         """Evaluation: the largest rank's whole shards (training: ``samples_per_rank``)."""

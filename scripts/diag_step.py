@@ -14,7 +14,8 @@ rate as a ratio to the synthetic blocks of the same round (paired), with its spr
 - ``torch``, ``dali``, ``wds``: the library loaders with the defaults verify gives them.
 - ``torch+pin``: the torch loader, with the training thread kept on a core of its own (the
   reserved ones): does the scheduler put it where a worker runs?
-- ``torch@W``, ``wds@W``: the loader with ``W`` workers.
+- ``torch@W``, ``wds@W``: the loader with ``W`` workers; ``torch#slots=0``: with the loader
+  option ``slots=0`` (options after ``#``, several allowed).
 - ``only:torch``, ``only:wds``, ``only:dali``: the loader alone, no training (its rate on the GPU).
 - ``synthetic+gil``: a thread in this process runs ``--gil-ms`` of pure Python once a step
   (holding the GIL, as a loader's Python threads do): is the launch thread slowed by the GIL?
@@ -213,14 +214,29 @@ def only_block(batches, steps: int, skip: int, batch: int) -> dict:
     return {"img_s": (steps - skip) * batch / dt, "step_ms": 1e3 * dt / (steps - skip)}
 
 
+def loader_options(name: str) -> dict:
+    """``torch#slots=0#prefetch=2`` → ``{"slots": 0, "prefetch": 2}`` (the loader's options)."""
+    import ast
+
+    out = {}
+    for part in name.split("#")[1:]:
+        key, _, value = part.partition("=")
+        try:
+            out[key] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            out[key] = value
+    return out
+
+
 def open_batches(name: str, args, device):
-    loader_name, _, w = name.partition("@")
+    options = loader_options(name)
+    loader_name, _, w = name.split("#")[0].partition("@")
     loader_name = loader_name.split("+")[0].removeprefix("only:")
     src = args.shards if loader_name == "wds" else args.images
     loader = make_loader(
         loader_name, src, args.batch, rank=0, world_size=1, local_rank=0, image_size=SIZE,
         workers=int(w) if w else None, seed=0, device=device, num_classes=1000,
-        dtype=torch.bfloat16, channels_last=True,
+        dtype=torch.bfloat16, channels_last=True, options=options,
     )  # fmt: skip
     return loader, Epochs(loader)
 

@@ -111,7 +111,7 @@ def supported_text(n: int | None, at_least: bool = False) -> str:
 
 
 def _drift_text(gpu) -> str:
-    """", up to 7% apart before and after a pass": the step alone measured on both sides of a
+    """ ", up to 7% apart before and after a pass": the step alone measured on both sides of a
     pass moved that much (its mean is the length used); said from verify's ceiling's share."""
     from feedbench.verify.analysis import DRIFT_SAID
 

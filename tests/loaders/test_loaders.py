@@ -143,8 +143,9 @@ def _rank_main(local: int, world: int, port: int, roots: dict, queue) -> None:
                 )
                 if backend == "dali":
                     kw.update(workers=2)
-                else:  # fork, as under torchrun (a spawned rank would spawn its workers: slow)
-                    kw.update(workers=1, multiprocessing_context="fork")
+                else:  # fork, as under torchrun (a spawned rank would spawn its workers: slow);
+                    # batch slots, as on a GPU (tests/loaders/test_slots.py: the same batches)
+                    kw.update(workers=1, multiprocessing_context="fork", slots=True)
                 loader = build_loader(roots[kind], backend, **kw)
                 epochs = _epochs(loader, 2)
                 res = {

@@ -235,3 +235,30 @@ def test_dali_augment_on_gpu_and_cpu_nodes(tiny_gpu, decode):
     flipped = _keyed(build_loader(tiny_gpu["tree"], "dali", 64, dali_augment=mirror, **kw))
     assert flipped.keys() == plain.keys() == set(range(300))
     assert all(torch.equal(flipped[k], plain[k].flip(-1)) for k in plain)
+
+
+@pytest.mark.parametrize("kind", ["tree", "shards"])
+def test_torch_slots_are_page_locked_and_give_the_plain_batches(tiny_gpu, kind):
+    """The torch backend's default on a GPU: workers decode into page-locked batch slots
+    (loaders.slots), copied from there; over two epochs, with a slot coming round every third
+    batch of a worker, the batches are those of the pin-thread path, bit for bit."""
+    from loaders import build_loader
+
+    out = {}
+    for use in (None, False):
+        loader = build_loader(tiny_gpu[kind], "torch", 32, image_size=32, workers=2, prefetch=1,
+                              return_keys=True, slots=use)  # fmt: skip
+        try:
+            assert (loader.slots is not None) == (use is None)
+            if loader.slots is not None:
+                assert loader.slots.buffer.is_pinned()
+            out[use] = []
+            for epoch in range(2):
+                loader.set_epoch(epoch)
+                out[use] += [(x.cpu(), y.cpu(), k) for x, y, k in loader]
+        finally:
+            loader.close()
+    assert len(out[None]) == len(out[False]) == 2 * (300 // 32 + 1)
+    for (a, la, ka), (b, lb, kb) in zip(out[None], out[False], strict=True):
+        assert torch.equal(a, b) and torch.equal(la, lb) and torch.equal(ka, kb)
+        assert label_mismatches(a, la) == 0

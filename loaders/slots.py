@@ -1,0 +1,183 @@
+"""Batch slots: one shared, page-locked buffer that DataLoader workers decode batches into.
+
+Without slots every batch a worker makes is a new shared-memory segment, which the training
+process maps, copies into pinned memory on DataLoader's pin thread and unmaps: at 64 images of
+224² a step that is ~10 MB of page faults, a copy and an ``munmap`` in the process whose own thread
+launches the kernels. On an H200 host that work alone, done by a thread of the training process
+once a step, made ResNet-50's 64-image step 17% slower (BENCHMARKS.md, run 12). With slots the
+training process maps and page-locks the buffer once; a worker writes a batch's images and labels
+into its next slot and sends back only the slot's number; the batch is copied to the GPU straight
+from the slot and the slot handed back once that copy is done.
+
+Slots are per worker (``per_worker`` each, taken in turn). DataLoader keeps at most
+``prefetch_factor`` batches outstanding per worker and yields them in order, so a worker's slot
+comes round again only ``per_worker - prefetch`` of its own batches after the training process
+took that batch; ``per_worker = prefetch + 2`` leaves the training process two of the worker's
+turns to finish the copy. It hands back every slot whose copy it issued before it waits for
+another batch (:meth:`BatchSlots.hand_back`), so a worker never waits on a training process that
+waits on it; a worker still checks that its slot is free (a lost hand-back would otherwise
+overwrite a batch being copied) and fails after ``WAIT_S``.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+import weakref
+
+import torch
+from torch.utils.data import get_worker_info
+
+# A worker waiting longer than this for its next slot fails: the hand-back protocol is broken.
+WAIT_S = 60.0
+# Slots per worker beyond its prefetched batches (see the module docstring).
+SPARE = 2
+
+
+def _align(n: int, to: int) -> int:
+    return -(-n // to) * to
+
+
+class SlotBatch:
+    """What a worker sends back instead of a batch: its slot, how many samples it holds (a batch
+    with unreadable files left out is shorter), their keys (numpy: pickled, no shared memory),
+    the files skipped, and (wds) the epoch it belongs to."""
+
+    __slots__ = ("slot", "n", "keys", "skipped", "epoch")
+
+    def __init__(self, slot: int, n: int, keys, skipped, epoch: int | None = None) -> None:
+        self.slot, self.n, self.keys, self.skipped, self.epoch = slot, n, keys, skipped, epoch
+
+    def __reduce__(self):
+        return SlotBatch, (self.slot, self.n, self.keys, self.skipped, self.epoch)
+
+
+class BatchSlots:
+    """``workers × per_worker`` slots of ``batch_size`` uint8 images (H×W×3, ``image_size``²) and
+    int64 labels, in one shared buffer; picklable (spawned workers map the same memory)."""
+
+    def __init__(self, workers: int, per_worker: int, batch_size: int, image_size: int) -> None:
+        self.workers, self.per_worker = workers, per_worker
+        self.shape = (batch_size, image_size, image_size, 3)
+        image_bytes = batch_size * image_size * image_size * 3
+        self.label_at = _align(image_bytes, 64)
+        self.slot_bytes = _align(self.label_at + 8 * batch_size, 4096)
+        self.count = workers * per_worker
+        self.flags_at = self.count * self.slot_bytes  # a byte per slot: 1 while the trainer has it
+        storage = torch.UntypedStorage._new_shared(self.flags_at + _align(self.count, 4096))
+        self.buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
+        self._taken = 0  # in a worker: its batches so far (its slots are taken in turn)
+        self._main_state()
+
+    def _main_state(self) -> None:
+        self._pending: collections.deque = collections.deque()  # (slot, copy done event | None)
+        self._last: int | None = None  # the slot taken last, whose copy is issued next
+        self._pinned: weakref.finalize | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for name in ("_pending", "_last", "_pinned"):
+            state.pop(name)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._main_state()
+
+    @property
+    def _flags(self):
+        return self.buffer[self.flags_at : self.flags_at + self.count].numpy()
+
+    def _slot(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = slot * self.slot_bytes
+        n, h, w, c = self.shape
+        images = self.buffer[start : start + n * h * w * c].view(self.shape)
+        at = start + self.label_at
+        labels = self.buffer[at : at + 8 * n].view(torch.int64)
+        return images, labels
+
+    # --- in a worker ------------------------------------------------------------------------
+    def claim(self) -> tuple[int, torch.Tensor, torch.Tensor]:
+        """This worker's next slot once the training process has handed it back: (slot, its
+        images, its labels), to fill."""
+        info = get_worker_info()
+        worker = info.id if info is not None else 0
+        slot = worker * self.per_worker + self._taken % self.per_worker
+        self._taken += 1
+        flags, deadline = self._flags, time.monotonic() + WAIT_S
+        while flags[slot]:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"batch slot {slot} not handed back within {WAIT_S:.0f} s")
+            time.sleep(1e-4)
+        images, labels = self._slot(slot)
+        return slot, images, labels
+
+    # --- in the training process ----------------------------------------------------------
+    def take(self, batch: SlotBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """A worker's batch as views of its slot, which is the training process's until
+        :meth:`copied` and :meth:`hand_back` (or :meth:`release` at once)."""
+        self._flags[batch.slot] = 1
+        self._last = batch.slot
+        images, labels = self._slot(batch.slot)
+        return images[: batch.n], labels[: batch.n]
+
+    def unpack(self, batch: SlotBatch, copy: bool) -> tuple[torch.Tensor, ...]:
+        """(images, labels, keys) of a worker's batch: views of its slot, to be copied to the GPU
+        (:class:`loaders.prefetch.DevicePrefetcher` reports the copy), or with ``copy`` copies
+        on the host and the slot handed back at once."""
+        images, labels = self.take(batch)
+        if copy:
+            images, labels = images.clone(), labels.clone()
+            self.release(batch.slot)
+        return images, labels, torch.from_numpy(batch.keys)
+
+    def release(self, slot: int) -> None:
+        """Hand ``slot`` back now (its contents were copied on the host)."""
+        self._flags[slot] = 0
+        if self._last == slot:
+            self._last = None
+
+    def copied(self, event) -> None:
+        """The last slot taken is being copied to the GPU; ``event`` completes with the copy."""
+        if self._last is not None:
+            self._pending.append((self._last, event))
+            self._last = None
+
+    def hand_back(self) -> None:
+        """Every slot whose copy was issued, once the copy is done: called before waiting for
+        another batch. The copies were issued a step or more ago on a stream of their own, so
+        the wait is for the last of them at most."""
+        flags = self._flags
+        while self._pending:
+            slot, event = self._pending.popleft()
+            if event is not None:
+                event.synchronize()
+            flags[slot] = 0
+
+    def pin(self) -> None:
+        """Page-lock the buffer for the current CUDA device's copies (once; undone when this
+        object goes): copies from a slot are then asynchronous DMA, as from pinned memory."""
+        if self._pinned is not None or not torch.cuda.is_available():
+            return
+        storage = self.buffer.untyped_storage()
+        ptr, size = storage.data_ptr(), storage.nbytes()
+        err = torch.cuda.cudart().cudaHostRegister(ptr, size, 0)
+        if int(err) != 0:
+            raise RuntimeError(f"cudaHostRegister of the batch slots failed: error {int(err)}")
+        self._pinned = weakref.finalize(self, _unregister, ptr, storage, os.getpid())
+
+    def close(self) -> None:
+        """Wait for copies in flight, hand every slot back, and unpin."""
+        self.hand_back()
+        if self._last is not None:
+            self.release(self._last)
+        if self._pinned is not None:
+            self._pinned()
+
+
+def _unregister(ptr: int, storage, pid: int) -> None:
+    # ``storage`` is held here so the memory stays mapped until it is unregistered; a forked
+    # worker inherits this finalizer but may make no CUDA call
+    if os.getpid() == pid:
+        torch.cuda.cudart().cudaHostUnregister(ptr)
