@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import os
 import time
+import warnings
 import weakref
 
 import torch
@@ -162,9 +163,14 @@ class BatchSlots:
             return
         storage = self.buffer.untyped_storage()
         ptr, size = storage.data_ptr(), storage.nbytes()
-        err = torch.cuda.cudart().cudaHostRegister(ptr, size, 0)
-        if int(err) != 0:
-            raise RuntimeError(f"cudaHostRegister of the batch slots failed: error {int(err)}")
+        err = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 0))
+        if err != 0:  # still correct, slower: the driver stages each copy through its own buffer
+            warnings.warn(
+                f"the loader's batch slots ({size / 2**30:.1f} GiB) could not be page-locked "
+                f"(cudaHostRegister error {err}): copies to the GPU go through pageable memory",
+                stacklevel=3,
+            )
+            return
         self._pinned = weakref.finalize(self, _unregister, ptr, storage, os.getpid())
 
     def close(self) -> None:

@@ -7,9 +7,11 @@ Per run: images/s, the fraction of the synthetic ceiling, data wait as a fractio
 the step breakdown in ms (mean over ranks and measured steps). Markdown on stdout.
 
 Repeats: files named ``NAME-rK`` (``scripts/bench_verify.sh tune`` with ``REPEAT=K``) are repeat K
-of variant NAME; each run's ceiling is then the synthetic run of the SAME repeat (run just before
-it), else the synthetic run of the same file, else the first synthetic run at that GPU count. A
-second table gives each variant's mean ± standard deviation over its repeats.
+of variant NAME. Each run's ceiling is a synthetic run at its GPU count and per-GPU batch: of the
+same repeat of its own variant, else of the same file, else of the same repeat (run just before
+it, e.g. ``tune-synthetic-r2`` for ``tune-x-r2``), else the first; a synthetic run measured
+again after the loaders (verify's ``--ceiling-twice``) gives the mean of the two. A second table
+gives each variant's mean ± standard deviation over its repeats.
 """
 
 from __future__ import annotations
@@ -87,23 +89,33 @@ class Ceilings:
             for s, st, r in runs
             if r["loader"] == "synthetic" and r.get("status") == "ok" and not st["synced"]
         ]
-        self.by_repeat = {
-            (split_stem(s)[1], r["gpus"]): r["images_per_s"]
-            for s, r in ok_synth
-            if split_stem(s)[1]
-        }
-        self.by_file = {(s, r["gpus"]): r["images_per_s"] for s, r in ok_synth}
-        self.first: dict[int, float] = {}
-        for _, r in ok_synth:
-            self.first.setdefault(r["gpus"], r["images_per_s"])
+        # a ceiling is at the same GPU count and per-GPU batch; of the same repeat, of its own
+        # variant first (check-b64-r1's synthetic run, not check-b256-r1's)
+        self.table: dict[tuple, float] = {}
+        for s, r in ok_synth:
+            variant, rep = split_stem(s)
+            at = (r["gpus"], r.get("per_gpu_batch"))
+            for key in (("variant", variant, rep, *at), ("file", s, *at), ("repeat", rep, *at)):
+                if key[0] == "file" or rep:
+                    self.table.setdefault(key, _ceiling(r))
+            self.table.setdefault(("first", *at), _ceiling(r))
 
-    def __call__(self, stem: str, gpus: int) -> float | None:
-        rep = split_stem(stem)[1]
-        return (
-            self.by_repeat.get((rep, gpus))
-            or self.by_file.get((stem, gpus))
-            or self.first.get(gpus)
-        )
+    def __call__(self, stem: str, run: dict) -> float | None:
+        variant, rep = split_stem(stem)
+        at = (run["gpus"], run.get("per_gpu_batch"))
+        for key in (("variant", variant, rep, *at), ("file", stem, *at), ("repeat", rep, *at),
+                    ("first", *at)):  # fmt: skip
+            if key in self.table:
+                return self.table[key]
+        return None
+
+
+def _ceiling(synthetic: dict) -> float:
+    """A synthetic run's ceiling: with ``--ceiling-twice`` the mean of its runs before and after
+    the loaders, as verify's own fractions use."""
+    again = synthetic.get("ceiling_after_images_per_s")
+    ips = synthetic["images_per_s"]
+    return (ips + again) / 2 if again else ips
 
 
 def _opt(x: float | None, fmt: str) -> str:
@@ -140,7 +152,7 @@ def variant_groups(runs: list[tuple[str, dict, dict]], ceiling: Ceilings) -> dic
     for stem, _, r in runs:
         if r.get("status") != "ok":
             continue
-        ceil = ceiling(stem, r["gpus"])
+        ceil = ceiling(stem, r)
         key = (split_stem(stem)[0], r["loader"], r["gpus"])
         groups.setdefault(key, []).append(
             {
@@ -178,7 +190,7 @@ def main(paths: list[str]) -> int:
     print(RUNS_HEAD)
     print(RUNS_RULE)
     for stem, st, r in runs:
-        print(run_row(stem, st, r, ceiling(stem, r["gpus"])))
+        print(run_row(stem, st, r, ceiling(stem, r)))
     groups = variant_groups(runs, ceiling)
     if any(len(v) > 1 for v in groups.values()):
         print()

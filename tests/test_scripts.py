@@ -512,3 +512,27 @@ def test_gloo_teardown_probe_early_import_leaves_no_gloo_thread():
     assert len(counts) == 3 and counts[0] == counts[2]  # the model gave back what it took
     (left,) = re.findall(r"threads after destroy_process_group and del: (.*)", proc.stdout)
     assert "python" in left and "gloo" not in left
+
+
+def test_verify_table_ceiling_of_its_own_batch_and_both_synthetic_runs(tmp_path):
+    """check-b64-r1 and check-b256-r1 are both repeat 1: each loader run takes the synthetic run
+    of its own variant and per-GPU batch, and with --ceiling-twice the mean of its two runs."""
+    paths = []
+    for batch, synth, after, torch_ips in ((64, 2000, 1800, 1710), (256, 4500, None, 4455)):
+        runs = [
+            {"loader": "synthetic", "gpus": 1, "per_gpu_batch": batch, "images_per_s": synth,
+             "status": "ok", "ceiling_after_images_per_s": after},
+            {"loader": "torch", "gpus": 1, "per_gpu_batch": batch, "images_per_s": torch_ips,
+             "status": "ok"},
+        ]  # fmt: skip
+        path = tmp_path / f"check-b{batch}-r1.json"
+        path.write_text(json.dumps({"config": {}, "runs": runs}))
+        paths.append(str(path))
+    r = subprocess.run(
+        [sys.executable, str(SCRIPTS / "verify_table.py"), *paths],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    rows = {line.split("|")[1].strip() + line.split("|")[2].strip(): line for line in
+            r.stdout.splitlines() if line.startswith("| check")}  # fmt: skip
+    assert "| 1,710 | 1,900 | 0.900 |" in rows["check-b64-r1torch"]
+    assert "| 4,455 | 4,500 | 0.990 |" in rows["check-b256-r1torch"]
