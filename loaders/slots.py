@@ -40,6 +40,23 @@ def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def nbytes(workers: int, per_worker: int, batch_size: int, image_size: int) -> int:
+    """The shared memory :class:`BatchSlots` of these dimensions take."""
+    count = workers * per_worker
+    image_bytes = batch_size * image_size * image_size * 3
+    slot = _align(_align(image_bytes, 64) + 8 * batch_size, 4096)
+    return count * slot + _align(count, 4096)
+
+
+def shm_free() -> int | None:
+    """Bytes free in /dev/shm, where shared tensors live (None: cannot tell)."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 class SlotBatch:
     """What a worker sends back instead of a batch: its slot, how many samples it holds (a batch
     with unreadable files left out is shorter), their keys (numpy: pickled, no shared memory),

@@ -35,6 +35,7 @@ import atexit
 import math
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -49,7 +50,8 @@ from loaders.dist import eval_indices, shard_indices
 from loaders.dropin import SourceInfo
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
-from loaders.slots import SPARE, BatchSlots, SlotBatch
+from loaders.slots import SPARE, BatchSlots, SlotBatch, shm_free
+from loaders.slots import nbytes as slot_bytes
 
 # How far below the training process's priority the workers run (``worker_nice``; 0: the same).
 WORKER_NICE = 10
@@ -270,6 +272,17 @@ class WorkersAcrossEpochs:
         """The workers' batch slots (:mod:`loaders.slots`): by default wherever batches go to a
         GPU from worker processes; ``slots=True`` also on the CPU (each batch then copied out)."""
         if workers <= 0 or not (pin if slots is None else slots):
+            return None
+        need = slot_bytes(workers, prefetch + SPARE, self.batch_size, self.image_size)
+        free = shm_free()
+        if free is not None and need > free // 2:  # the in-flight batches of DataLoader's own
+            # way need room there too; a full /dev/shm is a bus error, not an exception
+            warnings.warn(
+                f"batch slots need {need / 2**30:.1f} GiB of shared memory and /dev/shm has "
+                f"{free / 2**30:.1f} GiB free: using DataLoader's pin thread instead (a larger "
+                "/dev/shm, e.g. docker run --shm-size, or fewer workers or prefetch)",
+                stacklevel=4,
+            )
             return None
         made = BatchSlots(workers, prefetch + SPARE, self.batch_size, self.image_size)
         if pin:

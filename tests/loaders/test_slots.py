@@ -129,3 +129,26 @@ def test_wds_resumes_midway_with_slots(tiny):
     assert len(got) == len(expect) - 4
     for (a, ka), (b, kb) in zip(got, expect[4:], strict=True):
         assert torch.equal(a, b) and torch.equal(ka, kb)
+
+
+def test_too_little_shared_memory_falls_back_to_the_pin_thread_path(tiny, monkeypatch):
+    """A full /dev/shm is a bus error when a page is first touched, not an exception: slots that
+    would take more than half of what is free are not made (and the loader says so)."""
+    import loaders.torch_backend as tb
+
+    need = slots_mod.nbytes(2, 3, 16, 16)
+    made = BatchSlots(2, 3, 16, 16)
+    assert made.buffer.untyped_storage().nbytes() == need
+    monkeypatch.setattr(tb, "shm_free", lambda: 2 * need - 1)
+    with pytest.warns(UserWarning, match="batch slots need .* of shared memory"):
+        loader = build_loader(tiny["tree"], "torch", 16, workers=2, prefetch=1, device="cpu",
+                              image_size=16, slots=True)  # fmt: skip
+    try:
+        assert loader.slots is None and len(list(loader)) == 10
+    finally:
+        loader.close()
+    monkeypatch.setattr(tb, "shm_free", lambda: 2 * need)
+    loader = build_loader(tiny["tree"], "torch", 16, workers=2, prefetch=1, device="cpu",
+                          image_size=16, slots=True)  # fmt: skip
+    assert loader.slots is not None
+    loader.close()
