@@ -37,6 +37,14 @@ STEPS=${STEPS:-150}
 MODE=${1:-diag}
 mkdir -p "$RUNS" "$OUT"
 TAG=${TAG:-}
+case "$MODE" in  # these run DALI and wds: a missing install would cost minutes of device time
+  check | scans | diag)
+    "$PY" -c "import nvidia.dali, webdataset" 2>/dev/null || {
+      echo "error: DALI or webdataset does not import here: . scripts/device_env.sh first" >&2
+      exit 3
+    }
+    ;;
+esac
 if [ ! -f "$DATA/feedbench-sample.json" ]; then
   t0=$SECONDS
   "$PY" -m feedbench.cli sample "$DATA" --images "${IMAGES:-8192}" --seed 0 --per-shard 256 \
