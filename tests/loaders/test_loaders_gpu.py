@@ -237,16 +237,18 @@ def test_dali_augment_on_gpu_and_cpu_nodes(tiny_gpu, decode):
     assert all(torch.equal(flipped[k], plain[k].flip(-1)) for k in plain)
 
 
-@pytest.mark.parametrize("kind", ["tree", "shards"])
-def test_torch_slots_are_page_locked_and_give_the_plain_batches(tiny_gpu, kind):
-    """The torch backend's default on a GPU: workers decode into page-locked batch slots
-    (loaders.slots), copied from there; over two epochs, with a slot coming round every third
-    batch of a worker, the batches are those of the pin-thread path, bit for bit."""
+@pytest.mark.parametrize(
+    ("backend", "kind"), [("torch", "tree"), ("torch", "shards"), ("wds", "shards")]
+)
+def test_slots_are_page_locked_and_give_the_plain_batches(tiny_gpu, backend, kind):
+    """The torch and wds backends' default on a GPU: workers decode into page-locked batch
+    slots (loaders.slots), copied from there; over two epochs, with a slot coming round every
+    third batch of a worker, the batches are those of the pin-thread path, bit for bit."""
     from loaders import build_loader
 
     out = {}
     for use in (None, False):
-        loader = build_loader(tiny_gpu[kind], "torch", 32, image_size=32, workers=2, prefetch=1,
+        loader = build_loader(tiny_gpu[kind], backend, 32, image_size=32, workers=2, prefetch=1,
                               return_keys=True, slots=use)  # fmt: skip
         try:
             assert (loader.slots is not None) == (use is None)
