@@ -34,6 +34,7 @@ from torch.utils.data import get_worker_info
 WAIT_S = 60.0
 # Slots per worker beyond its prefetched batches (see the module docstring).
 SPARE = 2
+_PORTABLE = 1  # cudaHostRegisterPortable
 
 
 def _align(n: int, to: int) -> int:
@@ -180,7 +181,8 @@ class BatchSlots:
             return
         storage = self.buffer.untyped_storage()
         ptr, size = storage.data_ptr(), storage.nbytes()
-        err = int(torch.cuda.cudart().cudaHostRegister(ptr, size, 0))
+        # portable: page-locked for every device's context, whichever is current here
+        err = int(torch.cuda.cudart().cudaHostRegister(ptr, size, _PORTABLE))
         if err != 0:  # still correct, slower: the driver stages each copy through its own buffer
             warnings.warn(
                 f"the loader's batch slots ({size / 2**30:.1f} GiB) could not be page-locked "
