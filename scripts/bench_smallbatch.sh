@@ -137,7 +137,7 @@ case "$MODE" in
     B=${2:-64}
     "$PY" scripts/diag_step.py --data "$DATA" --batch "$B" --rounds "${ROUNDS:-3}" \
       --steps "${STEPS:-120}" --skip "${SKIP:-15}" \
-      --conditions "${CONDITIONS:-synthetic,synthetic+load,torch,torch+pin,dali,wds,torch@8}" \
+      --conditions "${CONDITIONS:-synthetic,torch,torch#slots=0,wds,wds#slots=0,dali}" \
       --out "$RUNS/step$TAG-b$B.json" 2>&1 | grep -v Warning || true
     tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     ;;
