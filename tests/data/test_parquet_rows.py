@@ -202,3 +202,13 @@ def test_n_row_samples_over_http_read_the_same_bytes(cli, tmp_path):
         assert [s.read_bytes for s in samples] == _sample_bytes(served / "t.parquet", n)
         doc = _scan(cli, f"{url}/t.parquet", n, tmp_path / "r.json")
     _check_scan(doc, n, served / "t.parquet")
+
+
+def test_a_row_group_is_found_by_its_start_in_any_order():
+    from loaders.data.columnar import _group_at
+
+    starts = list(range(4, 40_004, 4))  # 10,000 groups in file order
+    assert [_group_at(starts, s) for s in (4, 20_000, 40_000)] == [0, 4999, 9999]
+    assert _group_at([30, 10, 20], 10) == 1  # a writer that put them out of order
+    with pytest.raises(ValueError):
+        _group_at(starts, 6)  # not a group's start
