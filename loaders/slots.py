@@ -166,13 +166,17 @@ class BatchSlots:
     def hand_back(self) -> None:
         """Every slot whose copy was issued, once the copy is done: called before waiting for
         another batch. The copies were issued a step or more ago on a stream of their own, so
-        the wait is for the last of them at most."""
+        the wait is for the last of them at most. A slot taken and never copied is handed back
+        too: its batch was dropped (a resumed epoch's skipped batches), since a taken batch is
+        copied before the next one is asked for."""
         flags = self._flags
         while self._pending:
             slot, event = self._pending.popleft()
             if event is not None:
                 event.synchronize()
             flags[slot] = 0
+        if self._last is not None:
+            self.release(self._last)
 
     def pin(self) -> None:
         """Page-lock the buffer for the current CUDA device's copies (once; undone when this
@@ -195,8 +199,6 @@ class BatchSlots:
     def close(self) -> None:
         """Wait for copies in flight, hand every slot back, and unpin."""
         self.hand_back()
-        if self._last is not None:
-            self.release(self._last)
         if self._pinned is not None:
             self._pinned()
 
