@@ -289,6 +289,11 @@ class WorkersAcrossEpochs:
             made.pin()
         return made
 
+    def _copied_out(self, batch: SlotBatch) -> bool:
+        """Whether a worker's batch is copied out of its slot on the host, the slot back at once
+        (on the CPU), rather than copied to the GPU straight from it."""
+        return self.device.type != "cuda"
+
     def _hand_back(self) -> None:
         """Batch slots whose copies are done go back to the workers (:mod:`loaders.slots`)."""
         if self.slots is not None:
@@ -389,9 +394,9 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
 
         count = self._part_length(point) - point.batches
         for item in self._epoch_items(epoch, count, begin, restart=start is not None):
-            if isinstance(item, SlotBatch):  # on the CPU copied out of the slot
+            if isinstance(item, SlotBatch):
                 assert self.slots is not None
-                item = (*self.slots.unpack(item, copy=self.device.type != "cuda"), item.skipped)
+                item = (*self.slots.unpack(item, copy=self._copied_out(item)), item.skipped)
             images, labels, keys, skipped = item
             self._record_skipped(skipped)
             yield images, labels, keys

@@ -451,13 +451,16 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             if len(images):
                 yield images, labels, keys
 
+    def _copied_out(self, batch: SlotBatch) -> bool:
+        """A whole batch stays a view of its slot until its copy to the GPU; a shorter one (a
+        worker's last of an epoch), waiting in :func:`rebatch` for others, is copied out and
+        its slot handed back at once."""
+        return super()._copied_out(batch) or batch.n != self.batch_size
+
     def _from_slot(self, chunk: SlotBatch):
-        """A chunk in its slot as the workers' other chunks: a whole batch stays a view of the
-        slot until its copy to the GPU; a shorter one (a worker's last of an epoch), waiting in
-        :func:`rebatch` for others, is copied out and its slot handed back at once."""
+        """A chunk in its slot as the workers' other chunks (:meth:`_copied_out`)."""
         assert self.slots is not None
-        copy = self.device.type != "cuda" or chunk.n != self.batch_size
-        return (*self.slots.unpack(chunk, copy), chunk.skipped, chunk.epoch)
+        return (*self.slots.unpack(chunk, self._copied_out(chunk)), chunk.skipped, chunk.epoch)
 
     def _resume_skip(self, epoch: int, batches: int) -> int:
         """How many of the epoch's first chunks (in the workers' turn) only batches before

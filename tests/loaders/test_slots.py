@@ -32,11 +32,15 @@ def _epochs(loader, epochs: int) -> list[list[tuple[torch.Tensor, torch.Tensor, 
     [("torch", "tree", True), ("torch", "shards", True), ("wds", "shards", True),
      ("wds", "shards", False)],
 )  # fmt: skip
-def test_slots_give_the_batches_of_the_plain_path(tiny, backend, kind, train):
+@pytest.mark.parametrize("like_a_gpu", [False, True], ids=["cpu", "gpu-like"])
+def test_slots_give_the_batches_of_the_plain_path(tiny, backend, kind, train, like_a_gpu, request):
     """Two workers, one batch prefetched each (3 slots per worker, taken round and round over
     two epochs): every batch equal, pixel for pixel, to the same loader's without slots, and its
     labels those of its pixels. wds: each worker's last chunk of an epoch is short and waits to
-    be joined with the other's (copied out of its slot)."""
+    be joined with the other's (copied out of its slot). ``gpu-like``: whole batches stay in
+    their slots until copied, as on a GPU (the plain path then also runs that way)."""
+    if like_a_gpu:
+        request.getfixturevalue("gpu_like")
     common = dict(workers=2, device="cpu", image_size=16, return_keys=True,
                   prefetch=1, seed=3, train=train)  # fmt: skip
     runs = {}
@@ -154,6 +158,19 @@ def test_too_little_shared_memory_falls_back_to_the_pin_thread_path(tiny, monkey
     loader.close()
 
 
+@pytest.fixture
+def gpu_like(monkeypatch):
+    """A GPU's slot semantics on the CPU: whole batches stay views of their slots until
+    "copied" (normalised), then reported copied; the slots go back at the next hand-back."""
+    import loaders.torch_backend as tb
+    import loaders.wds_backend as wb
+
+    monkeypatch.setattr(tb.WorkersAcrossEpochs, "_copied_out", lambda self, batch: False)
+    for module in (tb, wb):
+        monkeypatch.setattr(module, "DevicePrefetcher", _CopiesLikeAGpu)
+    monkeypatch.setattr(slots_mod, "WAIT_S", 3.0)  # forked workers inherit it
+
+
 class _CopiesLikeAGpu:
     """DevicePrefetcher's CPU path with a GPU's slot semantics: a whole batch stays a view of
     its slot until it is "copied" (here: normalised), then is reported as copied."""
@@ -169,22 +186,10 @@ class _CopiesLikeAGpu:
             yield out
 
 
-def test_a_resumed_wds_epoch_hands_back_the_slots_of_batches_it_skips(tiny_uneven, monkeypatch):
+def test_a_resumed_wds_epoch_hands_back_the_slots_of_batches_it_skips(tiny_uneven, gpu_like):
     """Resuming at batch 1 where a worker's short chunk comes first (seed 0 here): the first
     whole chunk is decoded into a slot, then skipped, never copied. Its slot must go back, or
     the worker waits for it when its turn comes round (in the next epoch) and the loader fails."""
-    import loaders.wds_backend as wb
-
-    monkeypatch.setattr(slots_mod, "WAIT_S", 3.0)  # forked workers inherit it
-    monkeypatch.setattr(wb, "DevicePrefetcher", _CopiesLikeAGpu)
-    keep_views = wb.WdsLoader._from_slot
-
-    def views_as_on_a_gpu(self, chunk):  # copy only the short chunks, as on a GPU
-        if chunk.n == self.batch_size:
-            return (*self.slots.unpack(chunk, copy=False), chunk.skipped, chunk.epoch)
-        return keep_views(self, chunk)
-
-    monkeypatch.setattr(wb.WdsLoader, "_from_slot", views_as_on_a_gpu)
     common = dict(workers=2, device="cpu", image_size=16, return_keys=True, prefetch=1,
                   slots=True, seed=0, multiprocessing_context="fork")  # fmt: skip
     loaders = [build_loader(tiny_uneven, "wds", 16, **common) for _ in range(3)]
