@@ -157,12 +157,13 @@ def test_no_repeat_measures_the_loaders_start_up(dataset, cli, tmp_path):
     assert [m["repeat"] for m in ms] == [1, 2]
     fed = 4 / 0.02
     for m in ms:
-        assert 0.85 * fed < m["steady_samples_per_s"] <= 1.05 * fed, m["steady_samples_per_s"]
-        # one slow batch inside would give 0.74 / 1.04 s = 0.71; a loaded 2-core CI host
-        # measured 0.86 with none inside
-        assert m["au_mean"] > 0.8
-        assert m["window_s"] < 37 * 0.02 + 0.2  # no slow batch's 0.3 s in it
         (c,) = m["per_consumer"]
         assert c["batches"] == 40 and c["warmup_batches"] == 3 and c["warmup_settled"]
+        # the test itself: no slow batch's 0.3 s wait in the window (a loaded 2-core CI host
+        # stretched the 20 ms steps to 26 ms: rates and windows are no sharper test than this)
+        assert c["data_wait"]["max_s"] < 0.2, c["data_wait"]
+        # one slow batch inside would give 0.74 / 1.04 s = 0.71; the loaded host 0.86 without
+        assert m["au_mean"] > 0.8
+        assert 0.6 * fed < m["steady_samples_per_s"] <= 1.05 * fed, m["steady_samples_per_s"]
     rates = [m["steady_samples_per_s"] for m in ms]
-    assert max(rates) / min(rates) < 1.1
+    assert max(rates) / min(rates) < 1.25  # one repeat with a slow batch inside: 1.4
