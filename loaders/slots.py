@@ -41,12 +41,18 @@ def _align(n: int, to: int) -> int:
     return -(-n // to) * to
 
 
+def _layout(count: int, batch_size: int, image_size: int) -> tuple[int, int, int, int]:
+    """Where things lie in the buffer of ``count`` slots: (a slot's labels after its images, a
+    slot's bytes, the flags after every slot, the buffer's bytes)."""
+    label_at = _align(batch_size * image_size * image_size * 3, 64)
+    slot_bytes = _align(label_at + 8 * batch_size, 4096)
+    flags_at = count * slot_bytes  # a byte per slot: 1 while the trainer has it
+    return label_at, slot_bytes, flags_at, flags_at + _align(count, 4096)
+
+
 def nbytes(workers: int, per_worker: int, batch_size: int, image_size: int) -> int:
     """The shared memory :class:`BatchSlots` of these dimensions take."""
-    count = workers * per_worker
-    image_bytes = batch_size * image_size * image_size * 3
-    slot = _align(_align(image_bytes, 64) + 8 * batch_size, 4096)
-    return count * slot + _align(count, 4096)
+    return _layout(workers * per_worker, batch_size, image_size)[3]
 
 
 def shm_free() -> int | None:
@@ -79,34 +85,30 @@ class BatchSlots:
     def __init__(self, workers: int, per_worker: int, batch_size: int, image_size: int) -> None:
         self.workers, self.per_worker = workers, per_worker
         self.shape = (batch_size, image_size, image_size, 3)
-        image_bytes = batch_size * image_size * image_size * 3
-        self.label_at = _align(image_bytes, 64)
-        self.slot_bytes = _align(self.label_at + 8 * batch_size, 4096)
         self.count = workers * per_worker
-        self.flags_at = self.count * self.slot_bytes  # a byte per slot: 1 while the trainer has it
-        storage = torch.UntypedStorage._new_shared(self.flags_at + _align(self.count, 4096))
-        self.buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
+        self.label_at, self.slot_bytes, self.flags_at, size = _layout(
+            self.count, batch_size, image_size
+        )
+        self.buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
         self._taken = 0  # in a worker: its batches so far (its slots are taken in turn)
         self._main_state()
 
     def _main_state(self) -> None:
+        # a view of the buffer's flag bytes, made once (its storage outlives it)
+        self._flags = self.buffer[self.flags_at : self.flags_at + self.count].numpy()
         self._pending: collections.deque = collections.deque()  # (slot, copy done event | None)
         self._last: int | None = None  # the slot taken last, whose copy is issued next
         self._pinned: weakref.finalize | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for name in ("_pending", "_last", "_pinned"):
+        for name in ("_flags", "_pending", "_last", "_pinned"):
             state.pop(name)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._main_state()
-
-    @property
-    def _flags(self):
-        return self.buffer[self.flags_at : self.flags_at + self.count].numpy()
 
     def _slot(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         start = slot * self.slot_bytes
