@@ -45,6 +45,12 @@ def _fraction(name: str, value: Any) -> str | None:
     return None
 
 
+def _switch(name: str, value: Any) -> str | None:
+    if value is None or value in (0, 1):  # True, False, 1, 0; None: the backend's default
+        return None
+    return f"{name} takes true or false, not {value!r}"
+
+
 def _one_of(*choices: str) -> Callable[[str, Any], str | None]:
     listed = ", ".join(choices[:-1]) + " or " + choices[-1]
 
@@ -65,6 +71,7 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "decode": _one_of("auto", "gpu", "cpu"),
     "decoder": _one_of(*DECODERS),
     "worker_nice": _nice,
+    "slots": _switch,
 }
 
 

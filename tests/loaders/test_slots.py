@@ -216,3 +216,12 @@ def _set_epoch(loader, epoch: int):
 def tiny_uneven(tmp_path_factory):
     """Two shards of 36 and 4 samples: one worker's only chunk is short."""
     return make_tiny(tmp_path_factory.mktemp("uneven"), n=40, per_shard=36)["shards"]
+
+
+def test_a_slots_value_that_is_not_a_switch_is_one_line_before_anything_starts(tiny):
+    from loaders import check_options
+
+    with pytest.raises(ValueError, match="^slots takes true or false, not 'maybe'$"):
+        check_options("torch", {"slots": "maybe"})
+    for ok in (True, False, 0, 1, None):
+        check_options("wds", {"slots": ok})
