@@ -241,7 +241,7 @@ def open_batches(name: str, args, device):
     return loader, Epochs(loader)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--data", required=True, help="a feedbench sample root (images/, shards/)")
     p.add_argument("--batch", type=int, default=64)
@@ -255,6 +255,11 @@ def main() -> None:
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.images, args.shards = os.path.join(args.data, "images"), os.path.join(args.data, "shards")
+    return args
+
+
+def join_group() -> torch.device:
+    """This process as a DDP group of one (NCCL on the GPU, gloo without); its device."""
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29517")
     device = torch.device("cuda", 0) if CUDA else torch.device("cpu")
@@ -264,14 +269,12 @@ def main() -> None:
         dist.init_process_group("nccl", rank=0, world_size=1, device_id=device)
     else:
         dist.init_process_group("gloo", rank=0, world_size=1)
-    conds = args.conditions.split(",")
-    every = set(os.sched_getaffinity(0))
-    loader_cpus = loader_cores(RESERVE_CORES, 0, 1) or every
-    reserved = sorted(every - loader_cpus) or [0]
-    trainer = Trainer(args.batch, device)
-    for _ in range(30):  # warm the GPU, cudnn's choices and the clocks before any block
-        trainer.step(*trainer.synthetic)
-    sync()
+    return device
+
+
+def start_helpers(args, conds, trainer, loader_cpus, reserved):
+    """The canary on the last reserved core and (``+load``) the decoding processes, started:
+    (their stop event, the load's on event, the canary's queue)."""
     ctx = mp.get_context("spawn")
     stop, on, q = ctx.Event(), ctx.Event(), ctx.Queue()
     procs = [ctx.Process(target=canary, args=(stop, q, reserved[-1]), daemon=True)]
@@ -292,6 +295,11 @@ def main() -> None:
         ]  # fmt: skip
     for pr in procs:
         pr.start()
+    return stop, on, q
+
+
+def open_sources(args, conds, device) -> dict:
+    """Every loader the conditions name, built once, its start-up batches taken."""
     sources = {}
     for c in conds:
         base = c.split("+")[0]
@@ -302,39 +310,43 @@ def main() -> None:
                 next(sources[base][1])
             print(f"{base}: ready in {time.perf_counter() - t0:.1f} s, "
                   f"{sources[base][0].workers} workers", flush=True)  # fmt: skip
-    rows = []
-    for r in range(args.rounds):
-        order = conds[r % len(conds) :] + conds[: r % len(conds)]  # rotate: no fixed neighbour
-        for c in order:
-            base = c.split("+")[0]
-            batches = None if base == "synthetic" else sources[base][1]
-            if "+load" in c:
-                on.set()
-                time.sleep(0.5)
-            before = os.sched_getaffinity(0)
-            threads, halt = helper_threads(c, args, args.batch / max(1.0, trainer.last_rate))
-            if "+pin" in c and "+pinthread" not in c:
-                os.sched_setaffinity(0, set(reserved[:1]))  # this (the main) thread only
-            m0 = time.monotonic()
-            if base.startswith("only:"):
-                res = only_block(batches, args.steps, args.skip, args.batch)
-            else:
-                res = trainer.block(batches, args.steps, args.skip)
-            m1 = time.monotonic()
-            halt.set()
-            for t in threads:
-                t.join()
-            if base == "synthetic" and not threads and "+" not in c:
-                trainer.last_rate = res["img_s"]
-            os.sched_setaffinity(0, before)
-            on.clear()
-            res.update(condition=c, round=r, mono=(m0, m1))
-            rows.append(res)
-            print(f"r{r} {c:20s} {res['img_s']:8.0f} img/s  {res['step_ms']:6.2f} ms/step"
-                  f"  next {res.get('next_ms', 0):5.2f} ms  main cpu {res.get('main_cpu', 0):.2f}"
-                  f"  run {res.get('run_ms', 0):5.2f} runq {res.get('runq_ms', 0):5.2f} ms/step",
-                  flush=True)  # fmt: skip
-    stop.set()
+    return sources
+
+
+def run_block(c: str, r: int, args, trainer, sources, on, reserved) -> dict:
+    """One block of condition ``c`` in round ``r``: its helpers started and stopped around it."""
+    base = c.split("+")[0]
+    batches = None if base == "synthetic" else sources[base][1]
+    if "+load" in c:
+        on.set()
+        time.sleep(0.5)
+    before = os.sched_getaffinity(0)
+    threads, halt = helper_threads(c, args, args.batch / max(1.0, trainer.last_rate))
+    if "+pin" in c and "+pinthread" not in c:
+        os.sched_setaffinity(0, set(reserved[:1]))  # this (the main) thread only
+    m0 = time.monotonic()
+    if base.startswith("only:"):
+        res = only_block(batches, args.steps, args.skip, args.batch)
+    else:
+        res = trainer.block(batches, args.steps, args.skip)
+    m1 = time.monotonic()
+    halt.set()
+    for t in threads:
+        t.join()
+    if base == "synthetic" and not threads and "+" not in c:
+        trainer.last_rate = res["img_s"]
+    os.sched_setaffinity(0, before)
+    on.clear()
+    res.update(condition=c, round=r, mono=(m0, m1))
+    print(f"r{r} {c:20s} {res['img_s']:8.0f} img/s  {res['step_ms']:6.2f} ms/step"
+          f"  next {res.get('next_ms', 0):5.2f} ms  main cpu {res.get('main_cpu', 0):.2f}"
+          f"  run {res.get('run_ms', 0):5.2f} runq {res.get('runq_ms', 0):5.2f} ms/step",
+          flush=True)  # fmt: skip
+    return res
+
+
+def add_canaries(rows: list[dict], q) -> None:
+    """Each block's canary slow-down: the canary's median inside it over its median overall."""
     canaries = []
     while not q.empty():
         canaries.append(q.get())
@@ -343,6 +355,27 @@ def main() -> None:
         m0, m1 = row["mono"]
         inside = [s for t, s in canaries if m0 <= t <= m1]
         row["canary"] = statistics.median(inside) / base_canary if inside and base_canary else None
+
+
+def main() -> None:
+    args = parse_args()
+    device = join_group()
+    conds = args.conditions.split(",")
+    every = set(os.sched_getaffinity(0))
+    loader_cpus = loader_cores(RESERVE_CORES, 0, 1) or every
+    reserved = sorted(every - loader_cpus) or [0]
+    trainer = Trainer(args.batch, device)
+    for _ in range(30):  # warm the GPU, cudnn's choices and the clocks before any block
+        trainer.step(*trainer.synthetic)
+    sync()
+    stop, on, q = start_helpers(args, conds, trainer, loader_cpus, reserved)
+    sources = open_sources(args, conds, device)
+    rows = []
+    for r in range(args.rounds):
+        order = conds[r % len(conds) :] + conds[: r % len(conds)]  # rotate: no fixed neighbour
+        rows += [run_block(c, r, args, trainer, sources, on, reserved) for c in order]
+    stop.set()
+    add_canaries(rows, q)
     summary = summarise(rows, conds)
     with open(args.out, "w") as f:
         meta = {"cpus": sorted(every), "reserved": reserved, "nproc": os.cpu_count()}
@@ -352,7 +385,7 @@ def main() -> None:
               f"± {s['ratio_sd']:.3f}  [{s['ratio_min']:.3f}–{s['ratio_max']:.3f}]  "
               f"step {s['step_ms']:.2f} ms  next {s['next_ms']:.2f} ms"
               f"  runq {s['runq_ms']:.2f} ms  canary {s['canary']}")  # fmt: skip
-    for _, ldr in [(k, v[0]) for k, v in sources.items()]:
+    for ldr, _ in sources.values():
         with contextlib.suppress(Exception):
             ldr.close()
     os._exit(0)
