@@ -17,7 +17,8 @@
 #                                           # check B, with its results under OUT/runs/), and
 #                                           # `feedbench compare` of the two
 #   scripts/bench_smallbatch.sh step B      # scripts/diag_step.py at B: conditions interleaved
-#                                           # in one training process (CONDITIONS, ROUNDS)
+#                                           # in one training process (CONDITIONS, ROUNDS;
+#                                           # MALLOPT=1: its --mallopt)
 #   scripts/bench_smallbatch.sh gen         # only make DATA (IMAGES images), timed
 #
 # Environment: PY (default python3), DATA (default /tmp/fb8k), IMAGES (default 8192: the size of
@@ -138,7 +139,7 @@ case "$MODE" in
     "$PY" scripts/diag_step.py --data "$DATA" --batch "$B" --rounds "${ROUNDS:-3}" \
       --steps "${STEPS:-120}" --skip "${SKIP:-15}" \
       --conditions "${CONDITIONS:-synthetic,torch,torch#slots=0,wds,wds#slots=0,dali}" \
-      --out "$RUNS/step$TAG-b$B.json" 2>&1 | grep -v Warning || true
+      ${MALLOPT:+--mallopt} --out "$RUNS/step$TAG-b$B.json" 2>&1 | grep -v Warning || true
     tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     ;;
   gen) ;;  # DATA made above

@@ -22,6 +22,14 @@ rate as a ratio to the synthetic blocks of the same round (paired), with its spr
 - ``synthetic+pinthread``: a thread in this process does what DataLoader's pin thread does with a
   batch, once a step: a new shared-memory buffer of a batch's bytes, copied into pinned memory,
   then dropped (mmap, page faults, a copy, munmap), little of it under the GIL.
+  ``synthetic+mapthread``: only the mapping part (a new shared-memory buffer, every page touched,
+  unmapped); ``synthetic+copythread``: only the copy (one kept buffer into one kept pinned one).
+
+Every block also records, per step: TLB shootdowns (all CPUs, from /proc/interrupts: an unmap
+in this process interrupts every core its threads ran on), this process's minor page faults,
+and the main thread's involuntary context switches.  ``--mallopt`` sets glibc's mmap and trim
+thresholds high for the whole process first (freed C buffers then stay mapped: no munmap per
+batch in a library's threads), to be compared with a run without it.
 
 A canary process on the last reserved core times a fixed piece of Python every 0.25 s: its
 slow-down in a block is what the host did to a single thread meanwhile.
@@ -79,6 +87,30 @@ def pin_thread(stop: threading.Event, period: float, nbytes: int) -> None:
         time.sleep(max(0.0, period - (time.perf_counter() - t0)))
 
 
+def map_thread(stop: threading.Event, period: float, nbytes: int) -> None:
+    """The mapping part of the pin thread's work: a new shared buffer, touched, dropped."""
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        storage = torch.UntypedStorage._new_shared(nbytes)
+        torch.empty(0, dtype=torch.uint8).set_(storage).fill_(1)
+        del storage
+        time.sleep(max(0.0, period - (time.perf_counter() - t0)))
+
+
+def copy_thread(stop: threading.Event, period: float, nbytes: int) -> None:
+    """The copy part of the pin thread's work: one kept buffer into one kept pinned buffer."""
+    src = torch.ones(nbytes, dtype=torch.uint8)
+    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=CUDA)
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        time.sleep(max(0.0, period - (time.perf_counter() - t0)))
+
+
+HELPERS = {"+gil": None, "+pinthread": pin_thread, "+mapthread": map_thread,
+           "+copythread": copy_thread}  # fmt: skip
+
+
 def helper_threads(
     cond: str, args, period: float
 ) -> tuple[list[threading.Thread], threading.Event]:
@@ -87,9 +119,10 @@ def helper_threads(
     halt, threads = threading.Event(), []
     if "+gil" in cond:
         threads.append(threading.Thread(target=gil_thread, args=(halt, period, args.gil_ms / 1e3)))
-    if "+pinthread" in cond:
-        nbytes = args.batch * SIZE * SIZE * 3
-        threads.append(threading.Thread(target=pin_thread, args=(halt, period, nbytes)))
+    nbytes = args.batch * SIZE * SIZE * 3
+    for tag, target in HELPERS.items():
+        if tag in cond.split("#")[0] and target is not None:
+            threads.append(threading.Thread(target=target, args=(halt, period, nbytes)))
     for t in threads:
         t.daemon = True
         t.start()
@@ -104,6 +137,50 @@ def schedstat() -> tuple[int, int]:
         return int(run), int(wait)
     except (OSError, ValueError):
         return 0, 0
+
+
+def tlb_shootdowns() -> int:
+    """TLB shootdown interrupts so far, summed over the CPUs (0 where not shown)."""
+    try:
+        with open("/proc/interrupts") as f:
+            for line in f:
+                if line.lstrip().startswith("TLB:"):
+                    return sum(int(x) for x in line.split()[1:] if x.isdigit())
+    except OSError:
+        pass
+    return 0
+
+
+def minor_faults() -> int:
+    """This process's minor page faults so far."""
+    with open("/proc/self/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
+def nonvoluntary_switches() -> int:
+    """The calling thread's involuntary context switches so far."""
+    try:
+        with open("/proc/thread-self/status") as f:
+            for line in f:
+                if line.startswith("nonvoluntary_ctxt_switches"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def counters() -> tuple[int, int, int]:
+    return tlb_shootdowns(), minor_faults(), nonvoluntary_switches()
+
+
+def set_mallopt() -> None:
+    """glibc: freed memory stays in the heap (no munmap/trim per batch), for the whole process."""
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    libc.mallopt(m_mmap_threshold, 32 * 2**20)  # glibc's largest
+    libc.mallopt(m_trim_threshold, 2**30)
 
 
 def canary(stop, out, cpu: int) -> None:
@@ -183,7 +260,7 @@ class Trainer:
             if k == skip:
                 sync()
                 t0, c0, wait = time.perf_counter(), time.thread_time(), 0.0
-                s0 = schedstat()
+                s0, k0 = schedstat(), counters()
             h = time.perf_counter()
             if batches is None:
                 images, labels = self.synthetic
@@ -194,9 +271,11 @@ class Trainer:
             self.step(images, labels)
         sync()
         dt = time.perf_counter() - t0
-        s1 = schedstat()
+        s1, k1 = schedstat(), counters()
         n = (steps - skip) * self.batch
-        return {"run_ms": (s1[0] - s0[0]) / 1e6 / (steps - skip),
+        tlb, faults, preempt = ((b - a) / (steps - skip) for a, b in zip(k0, k1, strict=True))
+        return {"tlb": tlb, "faults": faults, "preempt": preempt,
+                "run_ms": (s1[0] - s0[0]) / 1e6 / (steps - skip),
                 "runq_ms": (s1[1] - s0[1]) / 1e6 / (steps - skip),
                 "img_s": n / dt, "step_ms": 1e3 * dt / (steps - skip),
                 "next_ms": 1e3 * wait / (steps - skip),
@@ -252,6 +331,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--load-procs", type=int, default=8)
     p.add_argument("--load-rate", type=float, default=0, help="images/s (0: the synthetic rate)")
     p.add_argument("--gil-ms", type=float, default=1.0, help="+gil: Python per step, ms")
+    p.add_argument("--mallopt", action="store_true", help="glibc thresholds high (see above)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     args.images, args.shards = os.path.join(args.data, "images"), os.path.join(args.data, "shards")
@@ -340,7 +420,9 @@ def run_block(c: str, r: int, args, trainer, sources, on, reserved) -> dict:
     res.update(condition=c, round=r, mono=(m0, m1))
     print(f"r{r} {c:20s} {res['img_s']:8.0f} img/s  {res['step_ms']:6.2f} ms/step"
           f"  next {res.get('next_ms', 0):5.2f} ms  main cpu {res.get('main_cpu', 0):.2f}"
-          f"  run {res.get('run_ms', 0):5.2f} runq {res.get('runq_ms', 0):5.2f} ms/step",
+          f"  run {res.get('run_ms', 0):5.2f} runq {res.get('runq_ms', 0):5.2f} ms/step"
+          f"  tlb {res.get('tlb', 0):6.1f} faults {res.get('faults', 0):7.1f}"
+          f" preempt {res.get('preempt', 0):4.2f} /step",
           flush=True)  # fmt: skip
     return res
 
@@ -359,6 +441,8 @@ def add_canaries(rows: list[dict], q) -> None:
 
 def main() -> None:
     args = parse_args()
+    if args.mallopt:
+        set_mallopt()
     device = join_group()
     conds = args.conditions.split(",")
     every = set(os.sched_getaffinity(0))
@@ -384,7 +468,9 @@ def main() -> None:
         print(f"{c:18s} {s['img_s']:8.0f} img/s  of synthetic (paired) {s['ratio']:.3f} "
               f"± {s['ratio_sd']:.3f}  [{s['ratio_min']:.3f}–{s['ratio_max']:.3f}]  "
               f"step {s['step_ms']:.2f} ms  next {s['next_ms']:.2f} ms"
-              f"  runq {s['runq_ms']:.2f} ms  canary {s['canary']}")  # fmt: skip
+              f"  runq {s['runq_ms']:.2f} ms  canary {s['canary']}"
+              f"  tlb {s['tlb']:.1f} faults {s['faults']:.1f}"
+              f" preempt {s['preempt']:.2f} /step")  # fmt: skip
     for ldr, _ in sources.values():
         with contextlib.suppress(Exception):
             ldr.close()
@@ -407,6 +493,7 @@ def summarise(rows: list[dict], conds: list[str]) -> dict:
             "step_ms": statistics.mean(r["step_ms"] for r in mine),
             "next_ms": statistics.mean(r.get("next_ms", 0) for r in mine),
             "runq_ms": statistics.mean(r.get("runq_ms", 0) for r in mine),
+            **{k: statistics.mean(r.get(k, 0) for r in mine) for k in ("tlb", "faults", "preempt")},
             "canary": round(statistics.mean(can), 3) if can else None,
         }
     return out
