@@ -184,6 +184,12 @@ class LoaderBase:
         with self._lock:
             return list(self._skipped)
 
+    def skipped_since(self, count: int) -> list[Skipped]:
+        """What was skipped after the first ``count`` (``len(loader.skipped)`` earlier): a
+        caller counting skips batch by batch copies only the new ones."""
+        with self._lock:
+            return self._skipped[count:]
+
     @property
     def sampler(self) -> EpochSampler:
         """DistributedSampler's surface (``set_epoch``, ``len()``): :class:`EpochSampler`."""

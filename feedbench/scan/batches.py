@@ -15,7 +15,7 @@ import torch
 
 from feedbench.core.proctree import descendants
 from feedbench.scan.factory import UserLoaderError, epoch_owner
-from feedbench.scan.stream import BatchTimes
+from feedbench.scan.stream import KEEP_ERRORS, BatchTimes
 from loaders import start_workers
 
 
@@ -108,6 +108,26 @@ def read_bytes(pid: int) -> int:
     return 0
 
 
+class SkipCounter:
+    """The samples a loader left out (ours: ``loader.skipped``, a file it could not read or
+    decode) since the pass began, counted as the scan's own errors batch by batch. Those found
+    when the loader listed the data are left to the listing; a loader without ``skipped`` (a
+    user's) reports none."""
+
+    def __init__(self, loader: Any) -> None:
+        self.since = getattr(loader, "skipped_since", None)
+        self.seen = len(loader.skipped) if self.since is not None else 0
+
+    def add_to(self, times: BatchTimes) -> None:
+        if self.since is None:
+            return
+        new = self.since(self.seen)
+        self.seen += len(new)
+        times.errors += len(new)
+        room = KEEP_ERRORS - len(times.error_list)
+        times.error_list.extend((s.path, "loader", s.reason) for s in new[: max(0, room)])
+
+
 class TrainingLoader:
     """A training loader's batches for the consumer loop, pass after pass.
 
@@ -147,14 +167,15 @@ class TrainingLoader:
         """One pass: ``(None, BatchTimes(samples, read_bytes))`` per batch, as the loop takes
         them; the loader's workers start at the first ``next()``, with the consumer's clock."""
         self.used, self.yielded = True, 0
-        meter = IoMeter()
+        meter, skips = IoMeter(), SkipCounter(self.loader)
         it = self._run(lambda: start_workers(self.loader), "iter()")
         while True:
             batch = self._run(lambda: next(it, _END), "next()")
             if batch is _END:
-                tail = meter.delta(final=True)
-                if tail:  # the bytes of the pass's end: no batch, as an errors-only tail
-                    yield None, BatchTimes(read_bytes=tail)
+                tail = BatchTimes(read_bytes=meter.delta(final=True))
+                skips.add_to(tail)
+                if tail.read_bytes or tail.errors:  # the pass's end: an errors-only tail
+                    yield None, tail
                 return
             self.yielded += 1
             n = count_samples(batch)
@@ -165,7 +186,9 @@ class TrainingLoader:
                     "samples), a tuple, list or dict of them, or objects with len()"
                 )
             _synchronize(batch)
-            yield None, BatchTimes(samples=n, read_bytes=meter.delta())
+            times = BatchTimes(samples=n, read_bytes=meter.delta())
+            skips.add_to(times)
+            yield None, times
 
     def finish(self, pass_batches: Iterator[Any], beat: Callable[[], None] | None = None) -> int:
         """Batches the loader yields in this pass: those the loop took and, after a synced stop
