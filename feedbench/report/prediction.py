@@ -48,14 +48,29 @@ class Prediction:
     difference_points: float
     # why the scan's point is no basis for a prediction (its window too short), or None
     not_judged: str | None = None
+    # ± points verify's fraction of its ceiling is resolved to: half the change of its synthetic
+    # ceiling between its runs before and after the loaders (the host's drift; 0: one run, or
+    # no ceiling compared)
+    resolution_points: float = 0.0
 
     @property
     def agrees(self) -> bool | None:
-        """Within AGREE_POINTS; None where the scan's point cannot be judged by."""
-        return None if self.not_judged else self.difference_points <= AGREE_POINTS
+        """Within AGREE_POINTS; False beyond them by more than verify's resolution; None where
+        the scan's point cannot be judged by, or where verify's drift leaves it open."""
+        if self.not_judged or self.unresolved:
+            return None
+        return self.difference_points <= AGREE_POINTS
+
+    @property
+    def unresolved(self) -> bool:
+        """More than AGREE_POINTS apart, but by less than verify's own resolution: the host's
+        drift between verify's ceiling runs could make the whole difference."""
+        return AGREE_POINTS < self.difference_points <= AGREE_POINTS + self.resolution_points
 
     @property
     def verdict(self) -> str:
+        if self.unresolved and not self.not_judged:
+            return "unresolved"
         return {True: "agree", False: "disagree", None: "not judged"}[self.agrees]
 
 
@@ -129,7 +144,21 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         same_data=_same_data(scan, run),
         difference_points=_difference(point.au_mean, run),
         not_judged=_short(scan, point),
+        resolution_points=_resolution(ver, run),
     )
+
+
+def _resolution(ver, run) -> float:
+    """± points of ``run``'s fraction of the ceiling: half its synthetic run's drift (verify's
+    ``--ceiling-twice``), where the difference is taken against that fraction."""
+    if run.ceiling_fraction is None:
+        return 0.0
+    drift = next(
+        (r.ceiling_drift for r in ver.runs
+         if r.loader == "synthetic" and r.gpus == run.gpus and r.ceiling_drift is not None),
+        0.0,
+    )  # fmt: skip
+    return abs(drift) / 2 * 100
 
 
 def _difference(au: float, run) -> float:
@@ -179,13 +208,26 @@ def sentence(p: Prediction) -> str:
         )
     ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling" if p.ceiling_fraction else ""
     data = "" if p.same_data else "; not the same data path"
-    verdict = (f"not judged: {p.not_judged}" if p.not_judged
-               else f"{p.verdict} within {p.difference_points:.1f} points")  # fmt: skip
+    verdict = f"not judged: {p.not_judged}" if p.not_judged else _verdict_text(p)
     return (
         f"{p.loader} at {p.gpus} GPU{'s' if p.gpus != 1 else ''}: scan predicted AU "
         f"{p.predicted_au:.3f} ({p.predicted_wait:.1%} data wait, {p.pass_name} pass){steps}; "
         f"verify measured {p.measured_wait:.1%} data wait{ceiling}: {verdict}{data}"
     )
+
+
+def _verdict_text(p: Prediction) -> str:
+    apart = f"{p.difference_points:.1f} points apart"
+    if p.unresolved:
+        return (
+            f"unresolved: {apart}, within verify's own resolution (its ceiling moved between "
+            f"its runs before and after the loaders: fractions of it ±{p.resolution_points:.0f} "
+            "points)"
+        )
+    return f"{p.verdict}: {apart}"
+
+
+AGREE_CELL = {"agree": "yes", "disagree": "NO", "not judged": "n/a", "unresolved": "±"}
 
 
 def check(
@@ -241,7 +283,7 @@ def render(check_: PredictionCheck, console: Console) -> None:
             plain(p.loader), str(p.gpus), f"{p.predicted_au:.3f}", f"{p.predicted_wait:.1%}",
             f"{p.measured_wait:.1%}{worst}",
             f"{p.ceiling_fraction:.2f}" if p.ceiling_fraction is not None else "—",
-            f"{p.difference_points:.1f} pt", {True: "yes", False: "NO", None: "n/a"}[p.agrees],
+            f"{p.difference_points:.1f} pt", AGREE_CELL[p.verdict],
         )  # fmt: skip
     console.print(t)
     for p in check_.pairs:
@@ -260,7 +302,7 @@ def prediction_document(check_: PredictionCheck, source: str):
 
     from feedbench.report.doc import Document, Shown, Table, command_text, dash
 
-    rows = [vars(p) | {"agrees": p.agrees} for p in check_.pairs]
+    rows = [vars(p) | {"agrees": p.agrees, "verdict": p.verdict} for p in check_.pairs]
     pct = lambda x: f"{x:.1%}"  # noqa: E731
     table = Table(
         title="Scan's prediction beside verify's training, per loader and GPU count",
@@ -273,7 +315,7 @@ def prediction_document(check_: PredictionCheck, source: str):
             Shown("measured wait", lambda r: pct(r["measured_wait"])),
             Shown("of ceiling", lambda r: dash(r["ceiling_fraction"], lambda x: f"{x:.2f}")),
             Shown("difference", lambda r: f"{r['difference_points']:.1f} pt"),
-            Shown("agree", lambda r: {True: "yes", False: "no", None: "n/a"}[r["agrees"]]),
+            Shown("agree", lambda r: AGREE_CELL[r["verdict"]].lower()),
         ],
         csv=[
             ("loader", "loader"),
@@ -288,10 +330,14 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("difference (points)", "difference_points"),
             ("same data", "same_data"),
             ("agree", "agrees"),
+            ("verdict", "verdict"),
+            ("verify's resolution (± points)", "resolution_points"),
             ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
         f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
+        "±: further apart, but by less than verify's own resolution (its ceiling moved between "
+        "its runs before and after the loaders); "
         "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
         "can have ready).",
     )

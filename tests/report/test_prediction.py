@@ -47,7 +47,9 @@ def test_the_prediction_is_set_beside_the_measurement(cli, stock_scan, verify_ru
     line = next(ln for ln in r.out.splitlines() if ln.startswith("baseline at 1 GPU: "))
     assert f"scan predicted AU {point['au_mean']:.3f}" in line
     assert f"verify measured {run['data_wait_fraction']:.1%} data wait" in line
-    assert ("agree within" if want <= 5.0 else "disagree within") in line
+    apart = f"{pair['difference_points']:.1f} points apart"
+    assert f"{'agree' if want <= 5.0 else 'disagree'}: {apart}" in line
+    assert pair["resolution_points"] == 0.0  # no synthetic ceiling compared: none to resolve
     # the check is a results file like any other: shown again, as a page and as CSV
     again = cli("report", str(out), "--html", str(tmp_path / "p.html"), "--csv",
                 str(tmp_path / "p.csv"))  # fmt: skip
@@ -130,3 +132,61 @@ def test_the_emulated_step_is_the_one_the_consumers_timed_alone():
         measurements=[NS(consumers=1, pass_name="warm", per_consumer=[NS(step_alone_s=None)])]
     )
     assert _step_alone(asleep, NS(consumers=1, pass_name="warm")) is None  # the profile's, then
+
+
+def _prediction(difference: float, resolution: float, not_judged: str | None = None):
+    from feedbench.report.prediction import Prediction
+
+    return Prediction(
+        loader="torch", gpus=1, pass_name="warm", scan_label="s", verify_label="v",
+        predicted_au=0.9, predicted_wait=0.1, scan_step_s=0.03, measured_wait=0.02,
+        measured_wait_max=0.02, verify_compute_step_s=0.03, ceiling_fraction=0.85,
+        same_data=True, difference_points=difference, not_judged=not_judged,
+        resolution_points=resolution,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("difference", "resolution", "verdict", "agrees"),
+    [
+        (4.0, 7.0, "agree", True),
+        (8.0, 7.0, "unresolved", None),  # 3 points past the bar, within verify's ±7
+        (12.0, 7.0, "unresolved", None),  # at the edge: 5 + 7
+        (12.5, 7.0, "disagree", False),
+        (8.0, 0.0, "disagree", False),  # a steady ceiling resolves it
+    ],
+)
+def test_a_difference_within_verifys_own_drift_is_unresolved(
+    difference, resolution, verdict, agrees
+):
+    """verify's ceiling measured before and after its loaders moved by 2 × resolution (a host's
+    drift): a fraction of it is known only to ± that, and so is the scan's distance from it."""
+    from feedbench.report.prediction import sentence
+
+    p = _prediction(difference, resolution)
+    assert (p.verdict, p.agrees) == (verdict, agrees)
+    line = sentence(p)
+    assert f"{verdict}: {difference:.1f} points apart" in line
+    assert ("±7 points" in line) == (verdict == "unresolved")
+
+
+def test_not_judged_wins_over_unresolved():
+    from feedbench.report.prediction import sentence
+
+    p = _prediction(8.0, 7.0, not_judged="the scan measured 3 batches per consumer (needs ≥ 10)")
+    assert (p.verdict, p.agrees) == ("not judged", None)
+    assert "not judged: the scan measured 3" in sentence(p)
+
+
+def test_the_resolution_is_half_the_drift_of_the_synthetic_run_at_that_count():
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _resolution
+
+    ver = NS(runs=[NS(loader="synthetic", gpus=1, ceiling_drift=-0.14),
+                   NS(loader="synthetic", gpus=2, ceiling_drift=0.02),
+                   NS(loader="torch", gpus=1, ceiling_drift=None)])  # fmt: skip
+    assert _resolution(ver, NS(gpus=1, ceiling_fraction=0.8)) == pytest.approx(7.0)
+    assert _resolution(ver, NS(gpus=2, ceiling_fraction=0.9)) == pytest.approx(1.0)
+    assert _resolution(ver, NS(gpus=4, ceiling_fraction=0.9)) == 0.0  # no ceiling run there
+    assert _resolution(ver, NS(gpus=1, ceiling_fraction=None)) == 0.0  # waits compared instead
