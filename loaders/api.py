@@ -206,7 +206,8 @@ def build_loader(
       the host be k - 1 steps ahead; 0 never waits), ``pace_lead_ms`` (with ``pace=1``: let
       the host go on this long before the previous step is due to end, at most a tenth of a
       step; 5 by default, 0 waits for the end: :mod:`loaders.pacing`), ``decode`` (auto, gpu
-      or cpu),
+      or cpu), ``resize`` (auto: where the decode runs; gpu: a CPU decode's crops resized on
+      the GPU, half the CPU's work),
       ``dali_augment`` (your function of DALI DataNodes, called inside the pipeline definition
       on the uint8 HWC images at the output size, before flip and normalisation:
       :meth:`loaders.dali_backend.DaliLoader._augment`).

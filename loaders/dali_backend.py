@@ -129,6 +129,14 @@ HW_DECODER_LOAD = 0.99
 # run). BENCHMARKS.md, "Small batches on one H200 (issue 29)"; measured at 64 and 256 only, so
 # the threshold between them is a choice.
 SMALL_BATCH = 64
+# RESIZE ON THE GPU (``resize="gpu"``, with the decode on the CPU): the CPU decodes and cuts the
+# random crop; the crop (uint8, of its own size) goes to the GPU and is resized there. DALI's
+# antialiased CPU resize is about half of its CPU pipeline's time (decode + crop alone ran
+# 1.8-1.9x as many images a second on 2 threads, 2.1-2.3x on 1: BENCHMARKS.md, "DALI's CPU
+# resize"),
+# which bounds the CPU decode at small batches (3.8-4.2% data wait at 64 per GPU, run 13).
+# "auto" (the default) resizes where the decode runs; the GPU resize's cost to a small batch's
+# step is not yet measured, so it is not the default.
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits;
@@ -192,7 +200,14 @@ def dali_reason(text: str) -> str:
 
 
 def check_options(
-    index: SampleIndex, world_size: int, gpu: bool, dali_augment, decode, pace, pace_lead_ms
+    index: SampleIndex,
+    world_size: int,
+    gpu: bool,
+    dali_augment,
+    decode,
+    pace,
+    pace_lead_ms,
+    resize="auto",
 ) -> tuple[int, float]:
     """The dali backend's own option checks (one clear error each, on every rank, before any
     pipeline); returns ``(pace, pace_lead_ms)`` as the loader keeps them."""
@@ -211,9 +226,13 @@ def check_options(
         )
     if dali_augment is not None and not callable(dali_augment):
         raise ValueError(f"dali_augment must be callable, got {type(dali_augment)}")
-    check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms})
-    if decode == "gpu" and not gpu:
-        raise ValueError("decode='gpu' needs a CUDA device")
+    check_values({"decode": decode, "pace": pace, "pace_lead_ms": pace_lead_ms, "resize": resize})
+    if resize == "gpu" and dali_augment is not None:
+        # the augmentations are handed the resized images where the decode left them
+        raise ValueError("resize='gpu' does not combine with dali_augment: leave resize 'auto'")
+    for name, value in (("decode", decode), ("resize", resize)):
+        if value == "gpu" and not gpu:
+            raise ValueError(f"{name}='gpu' needs a CUDA device")
     pace = int(pace)
     # the lead is a refinement of pace=1; other paces wait as they say
     return pace, float(pace_lead_ms) if pace == 1 else 0.0
@@ -224,6 +243,11 @@ def decode_where(decode: str, gpu: bool, batch_size: int) -> str:
     if not gpu or decode == "cpu" or (decode == "auto" and batch_size <= SMALL_BATCH):
         return "cpu"
     return "gpu"
+
+
+def resize_where(resize: str, decoded: str) -> str:
+    """Where DALI resizes: where it decoded ("auto"), or on the GPU (RESIZE ON THE GPU)."""
+    return decoded if resize == "auto" else resize
 
 
 class DealtFiles:
@@ -296,6 +320,7 @@ class DaliLoader(LoaderBase):
         pace: int | bool = 1,
         pace_lead_ms: float = LEAD_MS,
         decode: str = "auto",
+        resize: str = "auto",
         dali_augment=None,
         reserve_cores: int = RESERVE_CORES,
         **common,
@@ -304,7 +329,7 @@ class DaliLoader(LoaderBase):
         super().__init__(index, info, batch_size, **common)
         self.gpu = self.device.type == "cuda"
         self.pace, self.pace_lead_ms = check_options(
-            index, info.world_size, self.gpu, dali_augment, decode, pace, pace_lead_ms
+            index, info.world_size, self.gpu, dali_augment, decode, pace, pace_lead_ms, resize
         )
         self.dali_augment = dali_augment
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
@@ -321,6 +346,7 @@ class DaliLoader(LoaderBase):
         # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
         self.decode = decode_where(decode, self.gpu, batch_size)
+        self.resize = resize_where(resize, self.decode)
         # training on a tree: torch's order, fed file by file (ORDER); else DALI's readers
         self._dealt = self.train and index.kind == "tree"
         # training on shards: a pipeline per epoch, its shards in that epoch's order (ORDER)
@@ -485,7 +511,7 @@ class DaliLoader(LoaderBase):
                 **self._decode_args(),
             )
             images = fn.resize(
-                images,
+                self._to_resize(images),
                 resize_x=size,
                 resize_y=size,
                 interp_type=types.INTERP_LINEAR,
@@ -494,12 +520,16 @@ class DaliLoader(LoaderBase):
             return images, fn.random.coin_flip(probability=0.5) if t.flip else 0
         images = fn.decoders.image(jpegs, output_type=types.RGB, **self._decode_args())
         images = fn.resize(
-            images,
+            self._to_resize(images),
             resize_shorter=self.transform.eval_resize(size),
             interp_type=types.INTERP_LINEAR,
             antialias=True,
         )
         return images, 0
+
+    def _to_resize(self, images):
+        """The decoded images where they are resized (RESIZE ON THE GPU: moved there)."""
+        return images.gpu() if self.resize == "gpu" and images.device == "cpu" else images
 
     def _augment(self, images):
         """YOUR AUGMENTATIONS (``dali_augment``): called while the pipeline is defined, with the

@@ -69,6 +69,7 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "pace_lead_ms": _milliseconds,
     "hw_decoder_load": _fraction,
     "decode": _one_of("auto", "gpu", "cpu"),
+    "resize": _one_of("auto", "gpu"),
     "decoder": _one_of(*DECODERS),
     "worker_nice": _nice,
     "slots": _switch,

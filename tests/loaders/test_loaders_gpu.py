@@ -175,17 +175,19 @@ def test_dali_auto_decodes_small_batches_on_the_cpu(tiny_gpu, batch, decode):
     loader.close()
 
 
+@pytest.mark.parametrize("resize", ["auto", "gpu"])
 @pytest.mark.parametrize("kind", ["tree", "shards"])
-def test_dali_cpu_decode_still_hands_over_gpu_batches(tiny_gpu, kind):
-    """``decode="cpu"`` on a GPU: decode, crop and resize on DALI's CPU threads, the batch still
-    arrives on the GPU in the asked dtype and layout, every sample once, labels right."""
+def test_dali_cpu_decode_still_hands_over_gpu_batches(tiny_gpu, kind, resize):
+    """``decode="cpu"`` on a GPU: decode, crop and resize on DALI's CPU threads (``resize="gpu"``:
+    the resize on the GPU), the batch still arrives on the GPU in the asked dtype and layout,
+    every sample once, labels right (each image's colour says its label)."""
     from loaders import build_loader
 
     loader = build_loader(
         tiny_gpu[kind], "dali", 64, image_size=32, workers=2, dtype=torch.bfloat16,
-        channels_last=True, return_keys=True, decode="cpu",
+        channels_last=True, return_keys=True, decode="cpu", resize=resize,
     )  # fmt: skip
-    assert loader.decode == "cpu"
+    assert loader.decode == "cpu" and loader.resize == {"auto": "cpu", "gpu": "gpu"}[resize]
     seen = set()
     for images, labels, keys in loader:
         assert images.is_cuda and labels.is_cuda and images.dtype == torch.bfloat16

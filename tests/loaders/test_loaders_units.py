@@ -204,6 +204,30 @@ def test_dali_decode_choices(tmp_path):
     loader.close()
 
 
+def test_dali_resize_choices(tmp_path):
+    """``resize``: auto (where the decode ran) or gpu (a CPU decode's crops resized on the GPU);
+    gpu without a GPU, or beside ``dali_augment`` (handed the images where the decode left
+    them), is refused with the reason, not ignored."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    from loaders import check_options
+    from loaders.dali_backend import resize_where
+
+    assert resize_where("auto", "cpu") == "cpu" and resize_where("auto", "gpu") == "gpu"
+    assert resize_where("gpu", "cpu") == "gpu"
+    root = make_tiny(tmp_path, n=16, per_shard=8)["tree"]
+    with pytest.raises(ValueError, match="resize takes auto or gpu"):
+        check_options("dali", {"resize": "cpu"})
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="resize='gpu' needs a CUDA device"):
+            build_loader(root, "dali", 8, image_size=16, workers=1, resize="gpu")
+    with pytest.raises(ValueError, match="does not combine with dali_augment"):
+        build_loader(root, "dali", 8, image_size=16, workers=1, resize="gpu",
+                     dali_augment=lambda images: images)  # fmt: skip
+    loader = build_loader(root, "dali", 8, image_size=16, workers=1)
+    assert loader.resize == loader.decode == "cpu" and sum(len(b[0]) for b in loader) == 16
+    loader.close()
+
+
 @pytest.mark.parametrize("backend", ["torch", "wds"])
 def test_close_stops_the_workers_that_ran_ahead(tmp_path, backend):
     """After a whole epoch the workers are already working on the next one; ``close()`` stops
