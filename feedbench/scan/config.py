@@ -225,11 +225,22 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
             raise FeedbenchError(
                 "--loader dali needs NVIDIA DALI: pip install 'feedbench[dali]'"
             ) from None
+        on_gpu = [k for k in ("decode", "resize") if options.get(k) == "gpu"]
+        if on_gpu and not _cuda():
+            raise FeedbenchError(
+                f"--loader-option {on_gpu[0]}=gpu: no CUDA device here for DALI to use"
+            )
     if backend == "wds":
         try:
             import webdataset  # noqa: F401
         except ImportError:
             raise FeedbenchError("--loader wds needs webdataset: pip install webdataset") from None
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def check(config: ScanConfig) -> Plan:

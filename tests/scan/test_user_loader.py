@@ -128,6 +128,7 @@ def test_a_spec_that_does_not_resolve_is_one_clear_error(given, options, message
         (None, {"size": 1}, "--loader-option needs --loader"),
         ("torch", {"decoder": "gpu"}, "--loader-option for torch: decoder takes auto, simplej"),
         ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0, not -1"),
+        ("dali", {"resize": "cpu"}, "--loader-option for dali: resize takes auto or gpu"),
     ],
 )
 def test_loader_options_are_checked_before_anything_runs(loader, options, message):
@@ -509,3 +510,19 @@ def test_scan_litdata_over_an_optimized_local_directory(dataset, cli, tmp_path, 
     res = _scan_at_one_and_two(cli, optimized, spec("fb_litdata.py"), tmp_path / "r.json",
                                len(items))  # fmt: skip
     assert res["dataset"]["files"] == 5  # index.json and 4 chunks of 6
+
+
+@pytest.mark.parametrize("option", ["decode", "resize"])
+def test_dali_on_the_gpu_without_one_is_refused_before_anything_runs(option, monkeypatch):
+    """DALI asked to decode or resize on a GPU the machine lacks: one line up front, not every
+    consumer failing after the scan started (exit 3, partial results)."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    from feedbench.scan import config as scan_config
+    from feedbench.scan.config import ScanConfig, check
+
+    monkeypatch.setattr(scan_config, "_cuda", lambda: False)
+    given = ScanConfig("/nonexistent", loader="dali", loader_options={option: "gpu"})
+    with pytest.raises(FeedbenchError, match=f"--loader-option {option}=gpu: no CUDA device"):
+        check(given)
+    monkeypatch.setattr(scan_config, "_cuda", lambda: True)
+    check(given)  # with a GPU: nothing to refuse here
