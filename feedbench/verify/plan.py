@@ -290,6 +290,16 @@ def check_batches(
             break
 
 
+def check_gpu_options(options: dict[str, dict], device: str) -> None:
+    """DALI asked to decode or resize on the GPU of a run that trains on the CPU: one line now,
+    rather than the run failing once started."""
+    if device == "cuda":
+        return
+    for key in ("decode", "resize"):
+        if options.get("dali", {}).get(key) == "gpu":
+            raise FeedbenchError(f"--loader-option dali:{key}=gpu needs --device cuda")
+
+
 def plan(config: VerifyConfig) -> Plan:
     """Check every option against this machine and the data; raise FeedbenchError on bad input."""
     s = resolve(config)
@@ -298,6 +308,7 @@ def plan(config: VerifyConfig) -> Plan:
     names = choose_loaders(config, s.device, warnings)
     real = [n for n in names if n != SYNTHETIC]
     options = loader_options(config.loader_options, real)
+    check_gpu_options(options, s.device)
     order = ([SYNTHETIC] if config.synthetic or SYNTHETIC in names else []) + real
     # the data: it must exist, and hold a full batch per rank at the largest count
     sources = sources_for(config.data) | {n: config.data for n in real if is_user(n)}

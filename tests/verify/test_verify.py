@@ -258,6 +258,8 @@ def test_more_gpus_than_present():
         (["-l", "torch", "-o", "baseline:workers=2"], r"options go to the library loaders"),
         (["-l", "torch", "-o", "prefetch=0"], r"--loader-option for torch: prefetch takes a "
                                               r"whole number ≥ 1, not 0"),
+        (["-l", "dali", "-o", "resize=gpu"], r"--loader-option dali:resize=gpu needs --device "
+                                            r"cuda|loader dali is unavailable"),
         (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
         (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
