@@ -104,7 +104,7 @@ from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import shard_indices
 from loaders.dropin import SourceView
 from loaders.errors import LoaderError, require_dali
-from loaders.option_values import check_values
+from loaders.option_values import NEEDS_GPU, check_values
 from loaders.pacing import LEAD_MS, Pacer
 from loaders.resume import ResumePoint
 from loaders.wds_backend import shard_order
@@ -133,8 +133,7 @@ SMALL_BATCH = 64
 # random crop; the crop (uint8, of its own size) goes to the GPU and is resized there. DALI's
 # antialiased CPU resize is about half of its CPU pipeline's time (decode + crop alone ran
 # 1.8-1.9x as many images a second on 2 threads, 2.1-2.3x on 1: BENCHMARKS.md, "DALI's CPU
-# resize"),
-# which bounds the CPU decode at small batches (3.8-4.2% data wait at 64 per GPU, run 13).
+# resize"), which bounds the CPU decode at small batches (3.8-4.2% data wait at 64, run 13).
 # "auto" (the default) resizes where the decode runs; the GPU resize's cost to a small batch's
 # step is not yet measured, so it is not the default.
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
@@ -207,7 +206,7 @@ def check_options(
     decode,
     pace,
     pace_lead_ms,
-    resize="auto",
+    resize,
 ) -> tuple[int, float]:
     """The dali backend's own option checks (one clear error each, on every rank, before any
     pipeline); returns ``(pace, pace_lead_ms)`` as the loader keeps them."""
@@ -230,7 +229,7 @@ def check_options(
     if resize == "gpu" and dali_augment is not None:
         # the augmentations are handed the resized images where the decode left them
         raise ValueError("resize='gpu' does not combine with dali_augment: leave resize 'auto'")
-    for name, value in (("decode", decode), ("resize", resize)):
+    for name, value in zip(NEEDS_GPU, (decode, resize), strict=True):
         if value == "gpu" and not gpu:
             raise ValueError(f"{name}='gpu' needs a CUDA device")
     pace = int(pace)

@@ -62,6 +62,9 @@ def _one_of(*choices: str) -> Callable[[str, Any], str | None]:
     return check
 
 
+# dali options whose value "gpu" needs a CUDA device (scan and verify refuse it up front)
+NEEDS_GPU = ("decode", "resize")
+
 RULES: dict[str, Callable[[str, Any], str | None]] = {
     "prefetch": _count(1),
     "shuffle_buffer": _count(0),

@@ -225,7 +225,9 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
             raise FeedbenchError(
                 "--loader dali needs NVIDIA DALI: pip install 'feedbench[dali]'"
             ) from None
-        on_gpu = [k for k in ("decode", "resize") if options.get(k) == "gpu"]
+        from loaders.option_values import NEEDS_GPU
+
+        on_gpu = [k for k in NEEDS_GPU if options.get(k) == "gpu"]
         if on_gpu and not _cuda():
             raise FeedbenchError(
                 f"--loader-option {on_gpu[0]}=gpu: no CUDA device here for DALI to use"

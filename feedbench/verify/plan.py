@@ -293,9 +293,11 @@ def check_batches(
 def check_gpu_options(options: dict[str, dict], device: str) -> None:
     """DALI asked to decode or resize on the GPU of a run that trains on the CPU: one line now,
     rather than the run failing once started."""
+    from loaders.option_values import NEEDS_GPU
+
     if device == "cuda":
         return
-    for key in ("decode", "resize"):
+    for key in NEEDS_GPU:
         if options.get("dali", {}).get(key) == "gpu":
             raise FeedbenchError(f"--loader-option dali:{key}=gpu needs --device cuda")
 
