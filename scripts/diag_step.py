@@ -467,6 +467,7 @@ def main() -> None:
     for c, s in summary.items():
         print(f"{c:18s} {s['img_s']:8.0f} img/s  of synthetic (paired) {s['ratio']:.3f} "
               f"± {s['ratio_sd']:.3f}  [{s['ratio_min']:.3f}–{s['ratio_max']:.3f}]  "
+              f"of their mean {s['of_mean']:.3f}  "
               f"step {s['step_ms']:.2f} ms  next {s['next_ms']:.2f} ms"
               f"  runq {s['runq_ms']:.2f} ms  canary {s['canary']}"
               f"  tlb {s['tlb']:.1f} faults {s['faults']:.1f}"
@@ -478,7 +479,11 @@ def main() -> None:
 
 
 def summarise(rows: list[dict], conds: list[str]) -> dict:
+    """Per condition: its rate over its round's synthetic block (paired: ratio, sd, range) and
+    over the mean of every synthetic block (``of_mean``: less swayed by one slow synthetic
+    block on a host whose speed drifts between blocks)."""
     synth = {r["round"]: r["img_s"] for r in rows if r["condition"] == "synthetic"}
+    synth_mean = statistics.mean(synth.values()) if synth else float("nan")
     out = {}
     for c in conds:
         mine = [r for r in rows if r["condition"] == c]
@@ -486,6 +491,7 @@ def summarise(rows: list[dict], conds: list[str]) -> dict:
         can = [r["canary"] for r in mine if r.get("canary")]
         out[c] = {
             "img_s": statistics.mean(r["img_s"] for r in mine),
+            "of_mean": statistics.mean(r["img_s"] for r in mine) / synth_mean,
             "ratio": statistics.mean(ratios) if ratios else float("nan"),
             "ratio_sd": statistics.stdev(ratios) if len(ratios) > 1 else 0.0,
             "ratio_min": min(ratios, default=float("nan")),
