@@ -536,3 +536,23 @@ def test_verify_table_ceiling_of_its_own_batch_and_both_synthetic_runs(tmp_path)
             r.stdout.splitlines() if line.startswith("| check")}  # fmt: skip
     assert "| 1,710 | 1,900 | 0.900 |" in rows["check-b64-r1torch"]
     assert "| 4,455 | 4,500 | 0.990 |" in rows["check-b256-r1torch"]
+
+
+def test_diag_step_summary_pairs_by_round_and_over_the_mean_of_synthetic():
+    """Two rounds: synthetic 100 then 200 img/s; the loader 90 then 150. Paired: 0.90 and 0.75;
+    over the synthetic blocks' mean (150): 120 / 150 = 0.80."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("diag_step", SCRIPTS / "diag_step.py")
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)  # type: ignore[union-attr]
+    rows = [
+        {"condition": "synthetic", "round": 0, "img_s": 100.0, "step_ms": 10.0},
+        {"condition": "torch", "round": 0, "img_s": 90.0, "step_ms": 11.0, "next_ms": 1.0},
+        {"condition": "synthetic", "round": 1, "img_s": 200.0, "step_ms": 5.0},
+        {"condition": "torch", "round": 1, "img_s": 150.0, "step_ms": 6.0, "next_ms": 1.0},
+    ]
+    s = diag.summarise(rows, ["synthetic", "torch"])["torch"]
+    assert s["ratio"] == pytest.approx(0.825) and (s["ratio_min"], s["ratio_max"]) == (0.75, 0.9)
+    assert s["of_mean"] == pytest.approx(0.8)
+    assert s["tlb"] == 0 and s["canary"] is None  # blocks without those counters
