@@ -133,9 +133,10 @@ SMALL_BATCH = 64
 # random crop; the crop (uint8, of its own size) goes to the GPU and is resized there. DALI's
 # antialiased CPU resize is about half of its CPU pipeline's time (decode + crop alone ran
 # 1.8-1.9x as many images a second on 2 threads, 2.1-2.3x on 1: BENCHMARKS.md, "DALI's CPU
-# resize"), which bounds the CPU decode at small batches (3.8-4.2% data wait at 64, run 13).
-# "auto" (the default) resizes where the decode runs; the GPU resize's cost to a small batch's
-# step is not yet measured, so it is not the default.
+# resize"): each batch's CPU time, so its latency, halves. At 64 per GPU this loader waited
+# 3.8-4.2% of the step with 6.8 of 16 cores busy (run 13): not the CPU's capacity; whether
+# latency (or the pacing wait, counted as data wait) is that wait is unmeasured, and so is the
+# GPU resize's cost to a small batch's step. "auto" (the default) resizes where it decodes.
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits;
