@@ -111,6 +111,9 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
         said = slowdown_text(last[0], step.step_s) if step and v.loader != SYNTHETIC else None
         if said:
             v.text += "; " + said
+        cores = cores_text(last[0], result.host.cpu_count) if v.loader != SYNTHETIC else None
+        if cores:
+            v.text += "; " + cores
         if ceil is not None and ceil.ceiling_drift is not None:
             v.text += drift_text(ceil, v.loader == SYNTHETIC)
     for v in result.verdicts:
@@ -195,6 +198,27 @@ def slowdown(run: VerifyRun, c: Breakdown | None) -> None:
         return
     run.slowdown_parts_s = {p: getattr(b, p) - getattr(c, p) for p in WORK_PARTS}
     run.slowdown_s = (b.step_s - b.data_wait_s) - (c.step_s - c.data_wait_s)
+
+
+# A loader's data wait from this share of the step on is explained by the host's cores:
+# the issue 29 bar for "fed" (3%).
+WAIT_EXPLAINED = 0.03
+# Busy cores from this share of the machine on: the CPU is the limit.
+CPU_FULL = 0.9
+
+
+def cores_text(run: VerifyRun, cores: int) -> str | None:
+    """Whether the host's CPU explains a loader's data wait: ``X of N cores busy``, the limit or
+    not; None while it waits less than WAIT_EXPLAINED or the cores went unmeasured."""
+    wait, busy = run.data_wait_fraction, run.busy_cores_mean
+    if wait is None or wait < WAIT_EXPLAINED or busy is None or cores <= 0:
+        return None
+    if busy >= CPU_FULL * cores:
+        return f"it waited with {busy:.1f} of {cores} cores busy: the host's CPU is the limit"
+    return (
+        f"it waited with {busy:.1f} of {cores} cores busy: not for cores (its queue, its "
+        "pacing, storage or a lock)"
+    )
 
 
 def slowdown_text(run: VerifyRun, ceiling_step_s: float) -> str | None:
