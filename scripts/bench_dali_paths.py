@@ -2,7 +2,7 @@
 """What DALI's external source of dealt paths costs the training thread, per batch (issue 29).
 
 The dali backend on a tree feeds each batch's file paths through ``fn.external_source``
-(:class:`loaders.dali_backend.DealtFiles`); DALI runs that callback and takes its output in
+(:class:`loaders.dali_feed.DealtFiles`); DALI runs that callback and takes its output in
 ``schedule_run``, on the thread that iterates the loader: the training thread. This times that
 part (``Pipeline._run_input_callbacks``) for the paths given as a list of one array per sample
 (as before) and as one NUL-padded batch × longest array (``DealtFiles.paths``), in CPU pipelines
@@ -24,7 +24,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from loaders import open_index  # noqa: E402
-from loaders.dali_backend import DealtFiles  # noqa: E402
+from loaders.dali_feed import DealtFiles  # noqa: E402
 from loaders.errors import LoaderError  # noqa: E402
 
 

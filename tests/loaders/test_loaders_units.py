@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from loaders import build_loader
-from loaders.dali_backend import parse_labels
+from loaders.dali_feed import parse_labels
 from loaders.decode import center_crop_box, dct_factor, random_resized_crop_box
 from loaders.wds_backend import fixed_samples_per_rank, shard_order, worker_quotas
 from tests.loaders.test_loaders import make_tiny
@@ -371,7 +371,7 @@ def test_dealt_paths_are_one_nul_padded_array_of_the_rows_files():
     """DALI's dealt source hands a batch's paths over as one array (issue 29: a third of the
     training thread's time a list of arrays took); each row is its file's path, then NULs."""
     from loaders import open_index
-    from loaders.dali_backend import DealtFiles
+    from loaders.dali_feed import DealtFiles
 
     index = open_index(str(Path(__file__).parents[2] / "sample_data" / "images"))
     n = len(index)
