@@ -82,6 +82,7 @@ class StepSeries:
     host_wait_s: list[float] = field(default_factory=list)  # host time blocked in next()
     buckets: list[int] = field(default_factory=list)  # all-reduce buckets seen per step
     warmup_step_s: list[float] = field(default_factory=list)
+    primed_s: float | None = None  # the model's first steps on a made-up batch, before the loader
     window_s: float | None = None  # measured window (None: the rank did not finish it)
     window_start_mono: float | None = None  # time.monotonic() of the window's ends (host clock)
     window_end_mono: float | None = None

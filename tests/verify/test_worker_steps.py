@@ -301,3 +301,78 @@ def test_a_part_added_to_parts_but_not_to_the_schema_fails_at_import(monkeypatch
     module = sys.modules["results_with_a_new_part"]
     with pytest.raises(TypeError, match=r"lacks StepSeries\.io_s, Breakdown\.io_s"):
         exec(compile(patched, "results.py", "exec"), module.__dict__)
+
+
+# --- the loader starts after the model's first steps ---------------------------------------------
+
+
+class _RunAheadLoader(VerifyLoader):
+    """A loader that works ahead as a DataLoader's workers do: a thread makes each batch
+    ``delay_s`` after the last into an unbounded queue, from ``iter()`` on."""
+
+    def __init__(self, inner: VerifyLoader, delay_s: float) -> None:
+        self.inner, self.delay_s = inner, delay_s
+        self.started: list[float] = []
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        import queue
+        import threading
+
+        self.started.append(time.perf_counter())
+        ready: queue.Queue = queue.Queue()
+
+        def make() -> None:
+            for batch in self.inner:
+                time.sleep(self.delay_s)
+                ready.put(batch)
+            ready.put(None)
+
+        threading.Thread(target=make, daemon=True).start()
+        while (batch := ready.get()) is not None:
+            yield batch
+
+
+def _slow_first_forward(model, seconds: float) -> list[float]:
+    """The model's first forward takes ``seconds`` longer (as cudnn's search makes a GPU's
+    first step); returns the list its calls' start times go to."""
+    calls: list[float] = []
+
+    def hook(module, inputs):
+        calls.append(time.perf_counter())
+        if len(calls) == 1:
+            time.sleep(seconds)
+
+    model.register_forward_pre_hook(hook)
+    return calls
+
+
+@pytest.mark.parametrize("prime", [True, False])
+def test_a_slow_first_step_gives_the_loader_no_head_start(tmp_path, group, monkeypatch, prime):
+    """A loader slower than the step waits in the window even when the model's first step is
+    slow: the model's first steps run on a made-up batch before the loader starts. Without
+    them (PRIME_STEPS 0) the loader's queue fills during the first step and the window reads
+    no wait: the case this guards against."""
+    from feedbench.verify.worker import main as worker
+
+    if not prime:
+        monkeypatch.setattr(worker, "PRIME_STEPS", 0)
+    args = _args(tmp_path, warmup=1, steps=6)
+    inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
+                        workers=None, seed=0, device=group.device, num_classes=10,
+                        synthetic_batches=20)  # fmt: skip
+    loader = _RunAheadLoader(inner, 0.04)
+    loop, s = _loop(args, group, loader)
+    calls = _slow_first_forward(loop.training.ddp.module, 1.0)
+    loop.run()
+    wait = sum(s.data_wait_s) / len(s.data_wait_s)
+    if prime:
+        assert s.primed_s is not None and s.primed_s >= 1.0
+        assert len(calls) == worker.PRIME_STEPS + 7
+        assert loader.started[0] > calls[worker.PRIME_STEPS - 1]  # after the primed steps
+        assert wait > 0.02  # a batch every 40 ms against a step of a few
+    else:
+        assert s.primed_s is None or s.primed_s < 1.0
+        assert wait < 0.01  # the queue filled during the slow first step
