@@ -23,9 +23,9 @@
 #
 # Environment: PY (default python3), DATA (default /tmp/fb8k), IMAGES (default 8192: the size of
 # DATA when made here), OUT (default $OUT, else results/), STEPS (default 150), REPEAT (verify
-# repeats), SCAN_REPEAT (default 3), EMULATES (scan's --emulate modes, default "auto", plus
-# sleep at 64), TAG (names this data's results apart). Tables: scripts/verify_table.py
-# OUT/runs/*.json.
+# repeats; FIRST: the first repeat's number, to go on in another call), SCAN_REPEAT (default 3),
+# EMULATES (scan's --emulate modes, default "auto", plus sleep at 64), TAG (names this data's
+# results apart). Tables: scripts/verify_table.py OUT/runs/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -104,7 +104,7 @@ case "$MODE" in
     ;;
   check)
     B=${2:-64}
-    for r in $(seq 1 "${REPEAT:-3}"); do
+    for r in $(seq "${FIRST:-1}" "${REPEAT:-3}"); do  # FIRST: a later call's first repeat
       t0=$SECONDS
       "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$B" --steps "$STEPS" \
         --loader torch,dali,wds --json "$RUNS/check$TAG-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds)" || true
