@@ -135,7 +135,10 @@ class TrainingLoader:
     ``guard(e, what)``, when given, turns an exception of the loader's own code into the error
     to raise (the user's frames). ``remake(epoch)``, when given, builds the loader again: a one-
     shot iterator (a generator) is made anew for every pass after the first. ``close_each_pass``:
-    the loader has a ``close()`` that stops its workers running ahead (ours).
+    the loader has a ``close()`` that stops its workers running ahead (ours). ``sync_batches``:
+    wait for a batch's copies to the GPU before counting it delivered; off when the step is
+    queued on the GPU (``--emulate gpu``), whose clock orders the copy before the step, and
+    where a synchronize would wait for the previous step too.
     """
 
     def __init__(
@@ -146,8 +149,10 @@ class TrainingLoader:
         guard: Callable[[BaseException, str], Exception] | None = None,
         remake: Callable[[int], Iterable[Any]] | None = None,
         close_each_pass: bool = False,
+        sync_batches: bool = True,
     ) -> None:
         self.loader, self.name = loader, name
+        self.sync_batches = sync_batches
         self.guard, self.remake, self.close_each_pass = guard, remake, close_each_pass
         self.used = False
         self.yielded = 0  # batches the loader yielded in the current pass
@@ -185,7 +190,8 @@ class TrainingLoader:
                     "without a countable size: yield tensors or arrays (first dimension = "
                     "samples), a tuple, list or dict of them, or objects with len()"
                 )
-            _synchronize(batch)
+            if self.sync_batches:
+                _synchronize(batch)
             times = BatchTimes(samples=n, read_bytes=meter.delta())
             skips.add_to(times)
             yield None, times

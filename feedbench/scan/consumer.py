@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ import torch
 import torch.distributed as tdist
 from torch.utils.data import DataLoader
 
+from feedbench.core.clocks import HostClock
 from feedbench.core.stats import percentiles
 from feedbench.scan import stages as st
 from feedbench.scan.emulate import GpuAccelerator, ModelAccelerator, StepOnGpu, Timing
@@ -181,16 +183,17 @@ class Tally:
         sync_wait_s: float,
         step_s: float,
         extra_s: float = 0.0,
+        t_end: float | None = None,
     ) -> None:
         """Count one delivered batch of ``samples`` and its step (called after the step);
-        ``t_ready``: when it was ready, after the barrier. Whether it is a warm-up batch is
-        decided at stop()."""
+        ``t_ready``: when it was ready, after the barrier; ``t_end``: when its step ended
+        (perf_counter; now when not given). Whether it is a warm-up batch is decided at
+        stop()."""
         self.batches += 1
         if self.first_batch_s is None:
             self.first_batch_s = t_ready - self.t_start
-        self.steps.append(
-            (t_ready, time.perf_counter(), wait_s, sync_wait_s, step_s, extra_s, samples)
-        )
+        ended = time.perf_counter() if t_end is None else t_end
+        self.steps.append((t_ready, ended, wait_s, sync_wait_s, step_s, extra_s, samples))
 
     @property
     def steady_s(self) -> float | None:
@@ -280,7 +283,11 @@ class Accelerator:
 
 
 def timed_copy(batch: torch.Tensor, device: torch.device, clock: Clock, *, pinned: bool) -> None:
-    """One host→GPU copy of ``batch``; its time, samples and bytes added to ``clock``."""
+    """One host→GPU copy of ``batch``; its time, samples and bytes added to ``clock``. The
+    copy is synchronised (timed alone), so the GPU's queued steps are waited for first, untimed:
+    a GPU step running ahead of the host would otherwise be counted as copy time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     tc = time.perf_counter()
     st.transfer(batch, device, pinned=pinned)
     clock.busy_s += time.perf_counter() - tc
@@ -438,6 +445,62 @@ def make_accelerator(steps: StepOptions, device: torch.device | None):
     return Accelerator(steps.step_s)
 
 
+@dataclass
+class QueuedStep:
+    """One step's marks on the step's clock (host times, or CUDA events on the GPU step's
+    stream), read ``clock.lag`` steps after it was queued: before ``next()``, after it (and the
+    batch's copy), after the barrier, before and after the step (between those two: the
+    batch's bookkeeping, in neither the waits nor the step)."""
+
+    samples: int
+    t_ready: float  # perf_counter after the barrier: when the batch was taken into a step
+    pre: Any
+    data: Any
+    synced: Any
+    start: Any
+    end: Any
+    took: float | None  # a sleep's own timing of itself (0 without a step); None: read the clock
+
+
+class StepTimer:
+    """Reads queued steps into the tally: the data wait (``pre`` → ``data``), the sync wait
+    (→ ``synced``) and the step (``start`` → ``end``) on ``clock``; with CUDA events these are
+    the GPU's times, so a wait the GPU did not see (a ``next()`` while it still ran the last
+    step) is no wait. A step's end in host time comes from a reference event taken with the
+    GPU idle."""
+
+    def __init__(self, clock: Any, tally: Tally, idle_s: float | None) -> None:
+        self.clock, self.tally, self.idle_s = clock, tally, idle_s
+        self.queued: deque[QueuedStep] = deque()
+        clock.sync()
+        self.ref = clock.mark()
+        clock.wait(self.ref)
+        self.t_ref = time.perf_counter()
+
+    def add(self, step: QueuedStep) -> None:
+        self.queued.append(step)
+        while len(self.queued) > self.clock.lag:
+            self.read(self.queued.popleft())
+
+    def flush(self) -> None:
+        self.clock.sync()
+        while self.queued:
+            self.read(self.queued.popleft())
+
+    def read(self, q: QueuedStep) -> None:
+        clock = self.clock
+        clock.wait(q.end)
+        step = q.took if q.took is not None else clock.seconds(q.start, q.end)
+        # signed: a step's own jitter (±4 ms a step at 64 per GPU on an H200) clipped at 0 step
+        # by step would count half of it as the loader's (Tally.stop floors the sum instead)
+        extra = step - self.idle_s if self.idle_s is not None else 0.0
+        self.tally.count_step(
+            q.samples, t_ready=q.t_ready, wait_s=clock.seconds(q.pre, q.data),
+            sync_wait_s=clock.seconds(q.data, q.synced), step_s=step, extra_s=extra,
+            t_end=self.t_ref + clock.seconds(self.ref, q.end),
+        )  # fmt: skip
+
+
 def consume_batches(
     loader: Iterable[tuple[Any, BatchTimes]],
     tally: Tally,
@@ -448,42 +511,43 @@ def consume_batches(
     progress: Callable[[int], None] | None = None,
 ) -> None:
     """The loop: wait for the next batch (the data wait, its pinned copy included), agree on
-    the step (``barrier``: the sync wait), account the batch, sleep the step; until one runs out.
-    The loader's workers start with the clock and stop when this returns."""
+    the step (``barrier``: the sync wait), account the batch, take the step; until one runs
+    out. A sleep is timed on the host; a GPU step is queued and timed on the GPU
+    (:class:`StepTimer`), the host running ahead as in training. The loader's workers start
+    with the clock and stop when this returns."""
     if not isinstance(accelerator, (Accelerator, StepOnGpu)):
         accelerator = Accelerator(accelerator)  # a step length: sleep it
     # gpu: a step longer than the same step alone is the loader's cost to it
-    idle_s = getattr(accelerator, "idle_s", None)
+    ahead = getattr(accelerator, "ahead", False)
+    clock = accelerator.clock if ahead else HostClock()
+    timer = StepTimer(clock, tally, getattr(accelerator, "idle_s", None))
     tally.start()
     it = start_workers(loader)
     while True:
-        t0 = time.perf_counter()
+        pre = clock.mark()
         item = next(it, None)
         if copies is not None and item is not None and isinstance(item[0], torch.Tensor):
             copies.copy_pinned(item[0])
-        t1 = time.perf_counter()
+        data = clock.mark()
         go_on = barrier(item is not None) if barrier is not None else item is not None
         if not go_on:
             break  # synced: as soon as any consumer has run out
-        t2 = time.perf_counter()
+        t_ready, synced = time.perf_counter(), clock.mark()
         times = item[1]
         # stamped when taken into a step: with synced steps every consumer takes a batch at
         # once, so the common window (from the latest warm-up's end) cuts all consumers alike
-        tally.account(times, at=t2)
+        tally.account(times, at=t_ready)
         if progress is not None:
             progress(times.read_bytes)
         if times.samples == 0:
             continue  # a worker's tail with only errors: not a batch
-        step = accelerator.step()
-        # signed: a step's own jitter (±4 ms a step at 64 per GPU on an H200) clipped at 0 step
-        # by step would count half of it as the loader's (Tally.stop floors the sum instead)
-        extra = step - idle_s if idle_s is not None else 0.0
-        tally.count_step(
-            times.samples, t_ready=t2, wait_s=t1 - t0, sync_wait_s=t2 - t1, step_s=step,
-            extra_s=extra,
-        )  # fmt: skip
+        start = clock.mark()
+        took = accelerator.step()
+        took = None if ahead else took
+        timer.add(QueuedStep(times.samples, t_ready, pre, data, synced, start, clock.mark(), took))
         if tally.batches == tally.minimum:
             accelerator.owed_s = 0.0  # the warm-up's late wake-ups are not the window's to pay
+    timer.flush()
     tally.stop()
     tally.step_late_s = accelerator.late_s
 

@@ -4,11 +4,15 @@ A sleep cannot see a loader slow the step it feeds; at small batches that is whe
 is (issue 29: the training thread launching kernels is the bottleneck, and a loader's threads,
 copies and GPU decode slow it). Here a step does what a training step does to the host and the
 device: the consumer's main thread launches real kernels (bf16 matmuls, sized by a calibration)
-spread over the profile's host time per step, and the step ends when the GPU has run them. A
-loader that takes the GIL, the cores or the GPU from it makes the step longer than the same
-step measured alone before and after the pass (the mean: a launch-bound step's own length
-drifts with the host, as verify's ceiling does): that excess is the step's inflation, and it
-counts against the accelerator utilisation as verify's slower step does against its ceiling.
+spread over the profile's host time per step. As in training, the thread does not wait for
+the GPU: it takes the next batch while the GPU still runs the step, and every step is timed on
+the GPU between events, as verify times its steps (:mod:`feedbench.core.clocks`). The data wait
+is then what the GPU waited, not what the host did (a step the GPU needs 57 ms for hides a
+`next()` of a few ms, as training does). A loader that takes the GIL, the cores or the GPU from
+it makes the step longer than the same step measured alone before and after the pass (the mean:
+a launch-bound step's own length drifts with the host, as verify's ceiling does): that excess
+is the step's inflation, and it counts against the accelerator utilisation as verify's slower
+step does against its ceiling.
 
 Where the profile names a model torchvision has (``resnet50-h200``), the step is that model's
 own training step (forward and backward under bf16 autocast, channels_last, SGD) on a batch
@@ -25,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from feedbench.core.clocks import CudaClock
 
 MODES = ("auto", "gpu", "sleep")
 MATMUL_N = 2048  # one kernel ≈ 20-30 µs on an H200: a step of 14-55 ms is 500-2,500 launches
@@ -61,14 +67,21 @@ class Timing:
 
 
 class StepOnGpu:
-    """What both GPU steps share: ``step()`` returns the time the step took; ``idle_s`` is the
-    mean of ``IDLE_STEPS`` steps taken alone (no loader running), so ``took - idle_s`` is what
-    the loader cost the step. Built once per consumer, measured alone again before and after
-    every pass (:func:`feedbench.scan.consumer.bracket_step_alone`)."""
+    """What both GPU steps share. ``step()`` queues one step's work from this thread and
+    returns without waiting for the GPU (``ahead``): the host runs ahead as a training loop
+    does, and the step is timed on the GPU, between events on the current stream (``clock``,
+    read :data:`~feedbench.core.clocks.LAG` steps later). ``idle_s`` is the mean of
+    ``IDLE_STEPS`` steps timed so with no loader running, so a step's time beyond it is what the
+    loader cost it. Built once per consumer, measured alone again before and after every pass
+    (:func:`feedbench.scan.consumer.bracket_step_alone`)."""
 
     idle_s: float
+    clock: CudaClock
+    ahead = True  # step() returns before the GPU has run the step: time it with ``clock``
+    late_s = owed_s = 0.0  # the sleep accelerator's fields: none owed here
 
     def step(self) -> float:
+        """Queue one step; returns the host's time doing so (not the step's length)."""
         raise NotImplementedError
 
     @property
@@ -76,18 +89,27 @@ class StepOnGpu:
         return self.idle_s
 
     def measure_alone(self) -> float:
-        """The step's mean length over ``IDLE_STEPS`` steps now (kept as ``idle_s``)."""
-        self.idle_s = statistics.fmean(self.step() for _ in range(IDLE_STEPS))
+        """The step's mean length on the GPU over ``IDLE_STEPS`` steps now (kept as
+        ``idle_s``), queued as the consumer loop queues them."""
+        clock, spans = self.clock, []
+        for _ in range(IDLE_STEPS):
+            start = clock.mark()
+            self.step()
+            spans.append((start, clock.mark()))
+            if len(spans) > clock.lag:
+                clock.wait(spans[-1 - clock.lag][1])
+        clock.sync()
+        self.idle_s = statistics.fmean(clock.seconds(a, b) for a, b in spans)
         return self.idle_s
 
 
 class GpuAccelerator(StepOnGpu):
     """Kernels launched from this thread: ``device_s`` of matmuls per step on ``device``,
-    their launches spread over ``host_s``; the step ends when the last one has run."""
+    their launches spread over ``host_s``."""
 
     def __init__(self, timing: Timing, device: torch.device) -> None:
         self.timing, self.device = timing, device
-        self.late_s = self.owed_s = 0.0  # the sleep accelerator's fields: none owed here
+        self.clock = CudaClock(device)
         with torch.cuda.device(device):
             self.a = torch.randn(MATMUL_N, MATMUL_N, device=device, dtype=torch.bfloat16)
             self.b = torch.randn_like(self.a)
@@ -109,11 +131,10 @@ class GpuAccelerator(StepOnGpu):
         return start.elapsed_time(end) / 1e3 / repeats
 
     def step(self) -> float:
-        """One step: the launches with the host's work between them, then wait for the device."""
+        """One step: the launches with the host's work between them."""
         t0 = time.perf_counter()
         with torch.cuda.device(self.device):
             host_work(self._launch, self.launches, self.timing.host_s)
-            torch.cuda.current_stream().synchronize()
         return time.perf_counter() - t0
 
     def _launch(self) -> None:
@@ -166,7 +187,7 @@ class ModelAccelerator(StepOnGpu):
         from feedbench.verify.worker.models import build_model
 
         self.timing, self.device = timing, device
-        self.late_s = self.owed_s = 0.0
+        self.clock = CudaClock(device)
         torch.backends.cudnn.benchmark = True
         with torch.cuda.device(device):
             model = build_model(timing.model, 1000).to(device, memory_format=torch.channels_last)
@@ -190,5 +211,4 @@ class ModelAccelerator(StepOnGpu):
             loss.backward()
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-            torch.cuda.current_stream().synchronize()
         return time.perf_counter() - t0

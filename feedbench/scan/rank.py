@@ -116,7 +116,8 @@ def open_consumer(
     loader = None
     if config.loader is not None:
         where = dict(rank=rank, world_size=world, local_rank=local_rank, workers=workers)
-        loader = open_loader(config, p.batch_size, device, **where)
+        # a step queued on the GPU orders the batch's copies itself: no synchronize per batch
+        loader = open_loader(config, p.batch_size, device, sync_batches=mode != "gpu", **where)
     return Consumer(rank, world, local_rank, workers, config, source, p.batch_size, steps,
                     device, loader)  # fmt: skip
 
@@ -130,6 +131,7 @@ def open_loader(
     world_size: int,
     local_rank: int,
     workers: int,
+    sync_batches: bool = True,
 ) -> TrainingLoader:
     """The training loader of ``--loader``: one of ours (``build_loader``), or the user's
     factory called with the keywords it takes (and remade per pass when it is one-shot)."""
@@ -146,7 +148,7 @@ def open_loader(
         )  # fmt: skip
         if built.chosen_by:  # "auto (torch)": the backend it picked
             name = f"{name} ({built.chosen_by.split(':')[0]})"
-        return TrainingLoader(built, name, close_each_pass=True)
+        return TrainingLoader(built, name, close_each_pass=True, sync_batches=sync_batches)
     f = factory.resolve(name)
     standard = dict(rank=rank, world_size=world_size, local_rank=local_rank,
                     batch_size=batch_size, workers=workers, seed=config.seed, epoch=0,
@@ -159,7 +161,7 @@ def open_loader(
     def guard(e: BaseException, what: str) -> Exception:
         return factory.user_error(e, f.root, f"the loader {name} ({what})")
 
-    return TrainingLoader(remake(0), name, guard=guard, remake=remake)
+    return TrainingLoader(remake(0), name, guard=guard, remake=remake, sync_batches=sync_batches)
 
 
 def node_rank() -> int | None:

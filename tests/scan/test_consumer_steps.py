@@ -255,3 +255,56 @@ def test_copies_to_the_gpu_pinned_in_the_loop_pageable_apart(dataset):
     assert pinned.samples == 24 and pinned.in_bytes == 24 * 3 * 32 * 32
     assert pageable.samples == 3 * 4  # the last batch (4 samples) copied three times
     assert pinned.busy_s > 0 and pageable.busy_s > 0 and pageable.share == 0.0
+
+
+# --- StepTimer: steps queued ahead, read on the step's clock later ------------------------------
+
+
+class ScriptedClock:
+    """A GPU-like clock in this process: a mark is a time the test sets (the GPU's), readable
+    only once waited on (``wait``, ``sync``), as a CUDA event; ``lag`` as the CUDA clock's."""
+
+    lag = 2
+
+    def __init__(self):
+        self.now, self.marks, self.done = 0.0, [], set()
+
+    def mark(self, t=None):
+        m = [self.now if t is None else t]
+        self.marks.append(m)
+        return m
+
+    def seconds(self, a, b):
+        assert id(a) in self.done and id(b) in self.done, "read before the GPU got there"
+        return b[0] - a[0]
+
+    def wait(self, m):  # in stream order: every mark queued before m has happened too
+        i = next(i for i, x in enumerate(self.marks) if x is m)
+        self.done.update(id(x) for x in self.marks[: i + 1])
+
+    def sync(self):
+        self.done.update(id(m) for m in self.marks)
+
+
+def test_step_timer_reads_each_step_lag_steps_later_on_its_clock():
+    from feedbench.scan.consumer import QueuedStep, StepTimer
+
+    clock, tally = ScriptedClock(), Tally(("read",), warmup_batches=0)
+    clock.now = 5.0  # the reference event, on the GPU's clock
+    timer = StepTimer(clock, tally, idle_s=0.050)
+    tally.start()
+    for i in range(5):  # step i: waits 10 ms for data from 100 i ms on, syncs 1 ms, runs 60 ms
+        t = 5.0 + 0.1 * i
+        q = QueuedStep(4, t_ready=0.0, pre=clock.mark(t), data=clock.mark(t + 0.010),
+                       synced=clock.mark(t + 0.011), start=clock.mark(t + 0.012),
+                       end=clock.mark(t + 0.072), took=None)  # fmt: skip
+        timer.add(q)
+        assert tally.batches == max(0, i + 1 - clock.lag)  # read lag steps later
+    timer.flush()
+    assert tally.batches == 5
+    for i, (_, ended, wait, sync, step, extra, samples) in enumerate(tally.steps):
+        assert (wait, sync, step) == pytest.approx((0.010, 0.001, 0.060))
+        assert extra == pytest.approx(0.010)  # beyond the step alone: the loader's cost
+        # its end in host time: the reference's host time + the GPU's time since it
+        assert ended == pytest.approx(timer.t_ref + 0.1 * i + 0.072)
+        assert samples == 4

@@ -97,6 +97,35 @@ def test_auto_launches_kernels_on_a_gpu(cli, dataset, tmp_path):
     assert "emulated step: a real resnet50 training step on each consumer's GPU" in out
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("delay_s", [0.005, 0.080])
+def test_the_queued_gpu_step_hides_a_next_shorter_than_itself(delay_s):
+    """As in training, the host takes the next batch while the GPU runs the step: a next() of
+    5 ms under a 40 ms step costs the GPU nothing; one of 80 ms makes it wait the difference."""
+    import statistics
+
+    from feedbench.scan.consumer import consume_batches
+    from feedbench.scan.emulate import GpuAccelerator, Timing
+    from feedbench.scan.stream import BatchTimes
+
+    acc = GpuAccelerator(Timing(host_s=0.002, device_s=0.040), torch.device("cuda", 0))
+
+    def batches():
+        for _ in range(25):
+            time.sleep(delay_s)
+            yield None, BatchTimes(samples=4, files=4, read_bytes=400)
+
+    tally = Tally((), warmup_batches=0)
+    consume_batches(batches(), tally, acc)
+    assert tally.batches == 25
+    wait = statistics.fmean(s[2] for s in tally.steps[5:])
+    if delay_s < acc.idle_s:
+        assert wait < 0.003, wait  # hidden behind the step the GPU was running
+    else:  # the GPU idles from the step's end until the batch: ≈ 80 + 2 − 40 ms
+        assert 0.5 * (delay_s - acc.idle_s) < wait < delay_s, (wait, acc.idle_s)
+
+
 def test_the_emulation_text_names_the_model_and_its_step_alone():
     from types import SimpleNamespace
 
@@ -188,7 +217,10 @@ def test_a_window_faster_than_the_step_alone_costs_nothing_and_gains_nothing():
 
 class _DriftingStep(StepOnGpu):
     """A GPU step whose length is scripted (no GPU needed): ``alone`` gives the lengths of its
-    measurements alone in turn, ``window`` every step of the pass."""
+    measurements alone in turn, ``window`` every step of the pass; ``step()`` returns it as a
+    step timed on the host would (not queued: no GPU clock to read)."""
+
+    ahead = False
 
     def __init__(self, alone: list[float], window: float) -> None:
         self.alone, self.window, self.late_s, self.owed_s = list(alone), window, 0.0, 0.0

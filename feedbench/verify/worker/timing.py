@@ -3,57 +3,12 @@ step's marks and their reading into seconds (:data:`feedbench.verify.results.TIM
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
+# the clocks live in core, shared with scan's GPU step; the rank imports them from here
+from feedbench.core.clocks import LAG, CudaClock, HostClock  # noqa: F401
 from feedbench.verify.results import COLUMNS, PARTS, StepSeries
-
-LAG = 2  # GPU: events of step i are read after step i + LAG is queued
-
-
-class HostClock:
-    """perf_counter marks (CPU training: everything is synchronous)."""
-
-    lag = 0
-
-    def mark(self) -> float:
-        return time.perf_counter()
-
-    def seconds(self, a: float, b: float) -> float:
-        return b - a
-
-    def wait(self, m: float) -> None:
-        pass
-
-    def sync(self) -> None:
-        pass
-
-
-class CudaClock:
-    """CUDA events on the current stream; read ``lag`` steps later so the host can run ahead."""
-
-    lag = LAG
-
-    def __init__(self, device) -> None:
-        import torch
-
-        self.torch = torch
-        self.device = device
-
-    def mark(self):
-        e = self.torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
-
-    def seconds(self, a, b) -> float:
-        return a.elapsed_time(b) / 1e3
-
-    def wait(self, m) -> None:
-        m.synchronize()
-
-    def sync(self) -> None:
-        self.torch.cuda.synchronize(self.device)
 
 
 @dataclass
