@@ -125,12 +125,13 @@ def check_options(backend: str, options: dict) -> None:
 
 
 AUTO = "auto"
-# Cores per rank from which ``backend="auto"`` decodes on the CPU: with 16 cores per H200 the
-# CPU loaders (workers at a lower priority) and DALI all feed ResNet-50 training at 0.96-0.97
-# of the synthetic ceiling, and the CPU loaders leave the GPU to training; with fewer cores
-# they fall behind first (~300 JPEGs/s per core against ~4,500 img/s asked). BENCHMARKS.md:
-# "Loader workers at a lower priority".
-AUTO_CPU_CORES = 16
+# Cores per rank from which ``backend="auto"`` decodes on the CPU, sized from the measured
+# rates: ResNet-50 on an H200 asks ~4,500 img/s at 256 per GPU, a core decodes and crops ~270
+# JPEGs/s (simplejpeg), 2 cores stay the training process's (``reserve_cores``): 17 + 2 = 19
+# busy, 24 with room for the workers' stalls. With 16, torch and wds ran 14-15 cores busy and
+# delivered ~0.84 of the ceiling sustained, DALI 0.97 (BENCHMARKS.md: "verify's head start at
+# 256 per GPU"); at 64 per GPU DALI decodes on the CPU itself (``decode="auto"``).
+AUTO_CPU_CORES = 24
 
 
 def choose_backend(index: SampleIndex, device: torch.device, cores: int) -> tuple[str, str]:
