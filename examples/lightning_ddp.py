@@ -17,6 +17,7 @@ import os
 
 import lightning as L
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from loaders import BACKENDS, build_loader
@@ -98,7 +99,22 @@ def main() -> None:
     val = build_loader(args.val, args.backend, args.batch_size, train=False, **where)
     model = Classifier(int(train.index.labels.max()) + 1)
     trainer.fit(model, train, val)
+    # the loaders' workers and threads end here, not in the interpreter's teardown
+    train.close()
+    val.close()
+
+
+def end_in_step() -> None:
+    """Under gloo, Lightning leaves the process group to the interpreter's exit (it destroys it
+    at exit only under NCCL): gloo's threads are then torn down out of step with the other ranks,
+    where a rank was seen to abort ("terminate called without an active exception"). Here, with
+    the trainer and its DDP model gone with main(), they end inside destroy_process_group, while
+    every rank is still here."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    end_in_step()
