@@ -20,6 +20,7 @@ from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
 from feedbench.scan.results import ScanResult
 from feedbench.scan.sizing import short_window
+from feedbench.scan.sweep import in_curve
 from feedbench.verify.results import VerifyResult
 
 # a scan's --loader naming the stock recipe that verify calls "baseline"
@@ -52,6 +53,9 @@ class Prediction:
     # ceiling between its runs before and after the loaders (the host's drift; 0: one run, or
     # no ceiling compared)
     resolution_points: float = 0.0
+    # ± points the scan's AU is resolved to: half the range of its repeats' AUs at this point
+    # (0: one repeat)
+    scan_resolution_points: float = 0.0
 
     @property
     def agrees(self) -> bool | None:
@@ -63,9 +67,11 @@ class Prediction:
 
     @property
     def unresolved(self) -> bool:
-        """More than AGREE_POINTS apart, but by less than verify's own resolution: the host's
-        drift between verify's ceiling runs could make the whole difference."""
-        return AGREE_POINTS < self.difference_points <= AGREE_POINTS + self.resolution_points
+        """More than AGREE_POINTS apart, but by less than the two results' own resolution: the
+        host's drift between verify's ceiling runs, and the spread of the scan's repeats, could
+        make the whole difference."""
+        margin = self.resolution_points + self.scan_resolution_points
+        return AGREE_POINTS < self.difference_points <= AGREE_POINTS + margin
 
     @property
     def verdict(self) -> str:
@@ -145,6 +151,7 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         difference_points=_difference(point.au_mean, run),
         not_judged=_short(scan, point),
         resolution_points=_resolution(ver, run),
+        scan_resolution_points=_scan_resolution(scan, point),
     )
 
 
@@ -159,6 +166,18 @@ def _resolution(ver, run) -> float:
         0.0,
     )  # fmt: skip
     return abs(drift) / 2 * 100
+
+
+def _scan_resolution(scan: ScanResult, point) -> float:
+    """± points of the scan's AU at ``point``: half the range of its repeats' AUs (a repeat
+    whose start-up or host differed moves the mean by that much)."""
+    key = (point.consumers, point.pass_name)
+    aus = [
+        m.au_mean
+        for m in scan.measurements
+        if (m.consumers, m.pass_name) == key and in_curve(m) and m.au_mean is not None
+    ]
+    return (max(aus) - min(aus)) / 2 * 100 if len(aus) > 1 else 0.0
 
 
 def _difference(au: float, run) -> float:
@@ -207,24 +226,30 @@ def sentence(p: Prediction) -> str:
             f"{p.verify_compute_step_s * 1e3:.1f} ms)"
         )
     ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling" if p.ceiling_fraction else ""
+    spread = f" ± {p.scan_resolution_points / 100:.3f}" if p.scan_resolution_points else ""
     data = "" if p.same_data else "; not the same data path"
     verdict = f"not judged: {p.not_judged}" if p.not_judged else _verdict_text(p)
     return (
         f"{p.loader} at {p.gpus} GPU{'s' if p.gpus != 1 else ''}: scan predicted AU "
-        f"{p.predicted_au:.3f} ({p.predicted_wait:.1%} data wait, {p.pass_name} pass){steps}; "
+        f"{p.predicted_au:.3f}{spread} ({p.predicted_wait:.1%} data wait, {p.pass_name} pass)"
+        f"{steps}; "
         f"verify measured {p.measured_wait:.1%} data wait{ceiling}: {verdict}{data}"
     )
 
 
 def _verdict_text(p: Prediction) -> str:
     apart = f"{p.difference_points:.1f} points apart"
-    if p.unresolved:
-        return (
-            f"unresolved: {apart}, within verify's own resolution (its ceiling moved between "
-            f"its runs before and after the loaders: fractions of it ±{p.resolution_points:.0f} "
-            "points)"
+    if not p.unresolved:
+        return f"{p.verdict}: {apart}"
+    why = []
+    if p.resolution_points:
+        why.append(
+            "verify's ceiling moved between its runs before and after the loaders: fractions "
+            f"of it ±{p.resolution_points:.0f} points"
         )
-    return f"{p.verdict}: {apart}"
+    if p.scan_resolution_points:
+        why.append(f"the scan's repeats spread ±{p.scan_resolution_points:.0f} points")
+    return f"unresolved: {apart}, within the results' own resolution ({'; '.join(why)})"
 
 
 AGREE_CELL = {"agree": "yes", "disagree": "NO", "not judged": "n/a", "unresolved": "±"}
@@ -332,12 +357,13 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("agree", "agrees"),
             ("verdict", "verdict"),
             ("verify's resolution (± points)", "resolution_points"),
+            ("scan's repeat spread (± points)", "scan_resolution_points"),
             ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
         f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
-        "±: further apart, but by less than verify's own resolution (its ceiling moved between "
-        "its runs before and after the loaders); "
+        "±: further apart, but by less than the results' own resolution (verify's ceiling "
+        "moved between its runs before and after the loaders, or the scan's repeats spread); "
         "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
         "can have ready).",
     )

@@ -134,7 +134,9 @@ def test_the_emulated_step_is_the_one_the_consumers_timed_alone():
     assert _step_alone(asleep, NS(consumers=1, pass_name="warm")) is None  # the profile's, then
 
 
-def _prediction(difference: float, resolution: float, not_judged: str | None = None):
+def _prediction(
+    difference: float, resolution: float, not_judged: str | None = None, scan_spread: float = 0.0
+):
     from feedbench.report.prediction import Prediction
 
     return Prediction(
@@ -142,7 +144,7 @@ def _prediction(difference: float, resolution: float, not_judged: str | None = N
         predicted_au=0.9, predicted_wait=0.1, scan_step_s=0.03, measured_wait=0.02,
         measured_wait_max=0.02, verify_compute_step_s=0.03, ceiling_fraction=0.85,
         same_data=True, difference_points=difference, not_judged=not_judged,
-        resolution_points=resolution,
+        resolution_points=resolution, scan_resolution_points=scan_spread,
     )  # fmt: skip
 
 
@@ -190,3 +192,45 @@ def test_the_resolution_is_half_the_drift_of_the_synthetic_run_at_that_count():
     assert _resolution(ver, NS(gpus=2, ceiling_fraction=0.9)) == pytest.approx(1.0)
     assert _resolution(ver, NS(gpus=4, ceiling_fraction=0.9)) == 0.0  # no ceiling run there
     assert _resolution(ver, NS(gpus=1, ceiling_fraction=None)) == 0.0  # waits compared instead
+
+
+@pytest.mark.parametrize(
+    ("difference", "verify_res", "scan_res", "verdict"),
+    [
+        (8.0, 0.0, 4.0, "unresolved"),  # the scan's repeats alone spread ±4
+        (12.0, 3.0, 4.0, "unresolved"),  # at the edge: 5 + 3 + 4
+        (12.5, 3.0, 4.0, "disagree"),
+        (4.0, 0.0, 4.0, "agree"),
+    ],
+)
+def test_the_scans_repeat_spread_widens_what_is_left_open(
+    difference, verify_res, scan_res, verdict
+):
+    """A scan whose repeats' AUs spread (a start-up inside one, a host that drifted) predicts only
+    to ± half their range: a difference within it and verify's drift is not called a miss."""
+    from feedbench.report.prediction import sentence
+
+    p = _prediction(difference, verify_res, scan_spread=scan_res)
+    assert p.verdict == verdict
+    line = sentence(p)
+    assert "scan predicted AU 0.900 ± 0.040 " in line  # the spread beside the prediction
+    assert ("the scan's repeats spread ±4 points" in line) == (verdict == "unresolved")
+    assert ("verify's ceiling moved" in line) == (verdict == "unresolved" and verify_res > 0)
+
+
+def test_the_scan_resolution_is_half_the_range_of_its_completed_repeats():
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _scan_resolution
+
+    def m(au, consumers=1, pass_name="warm", failed=False, partial=False):
+        return NS(consumers=consumers, pass_name=pass_name, au_mean=au, failed=failed,
+                  partial=partial)  # fmt: skip
+
+    scan = NS(measurements=[m(0.33), m(0.93), m(0.94), m(0.10, consumers=2),
+                            m(0.05, pass_name="cold"), m(0.01, failed=True),
+                            m(0.02, partial=True)])  # fmt: skip
+    # issue 29's DALI scan: 0.33, 0.93, 0.94 → ±30.5 points; other counts, passes and
+    # failed or partial repeats do not count
+    assert _scan_resolution(scan, NS(consumers=1, pass_name="warm")) == pytest.approx(30.5)
+    assert _scan_resolution(scan, NS(consumers=2, pass_name="warm")) == 0.0  # one repeat
