@@ -18,3 +18,5 @@ timeout 160 python3 -m feedbench.cli scan "$DATA" --loader torch --consumers 1 \
   --json "$OUT/scan-b256-torch.json" | grep -E "^(emulated|verdict|warning|error)|·"
 python3 -m feedbench.cli compare "$OUT/scan-b256-torch.json" "$OUT/verify-b256-torch.json" \
   --passes warm --no-plots | tail -20
+# the DALI loader's per-batch labels.pin_memory() against a reused pinned buffer (torch only)
+timeout 60 python3 scripts/bench_label_copy.py | tee "$OUT/label-copy.txt"
