@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import re
+import statistics
 import sys
 import time
 import types
@@ -373,7 +374,9 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(tmp_path, group, monke
         assert s.primed_s is not None and s.primed_s >= 2.5
         assert len(calls) == worker.PRIME_STEPS + 7
         assert loader.started[0] > calls[worker.PRIME_STEPS - 1]  # after the primed steps
-        assert wait > 0.1
+        # every step of the window waits for the loader and is paced at its 250 ms; the wait is
+        # the rest of it after the compute, which a loaded 2-core CI stretched to ~160 ms
+        assert statistics.median(s.step_s) > 0.2 and wait > 0.02
     else:
         assert s.primed_s is None or s.primed_s < 2.5
         assert wait < 0.01  # 10 batches queued during the slow first step; the run takes 7
