@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# One device call without DALI (no parts): does the torch loader keep ResNet-50 fed at 256 per
-# GPU on a 16-core H200 once verify gives it no head start (981e300), and does the scan, whose
-# GPU step now runs ahead (9bcebf6), say the same? Carry .xfer/extra.tar (scripts/device_extra.sh)
-# after a call that copied .xfer/scipy.tar (scipy's wheel) to /tmp. Results under $OUT.
+# One device call without DALI (no parts): do the torch and wds loaders keep ResNet-50 fed at 256
+# per GPU on a 16-core H200 once verify gives them no head start (981e300), and do the scans,
+# whose GPU step now runs ahead (9bcebf6), say the same? Carry .xfer/extra.tar
+# (scripts/device_extra.sh) after a call that copied .xfer/scipy.tar (scipy's wheel) to /tmp.
+# Results under $OUT, the cheapest first: a call cut short keeps what it finished.
 set -u
 mkdir -p /tmp/extra && tar -xf .xfer/extra.tar -C /tmp/extra && tar -xf /tmp/scipy.tar -C /tmp/extra
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/extra/wheels/*.whl 2>&1 | tail -1
 rm -rf /tmp/site/typer /tmp/site/typer-*  # the carried typer needs pydantic; the machine's works
 export PYTHONPATH=/tmp/site:$PWD
-DATA=${DATA:-/tmp/fb32k}
-python3 -m feedbench.cli sample "$DATA" --images 32768 --seed 0 --per-shard 256 --jobs 16 >/dev/null
-timeout 220 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
-  --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 100 --loader torch \
-  --json "$OUT/verify-b256-torch.json" | grep -E "^(synthetic|torch|error)"
-timeout 160 python3 -m feedbench.cli scan "$DATA" --loader torch --consumers 1 \
-  --profile resnet50-h200 -b 256 --passes warm --repeat 2 --emulate auto --no-plots \
-  --json "$OUT/scan-b256-torch.json" | grep -E "^(emulated|verdict|warning|error)|·"
-python3 -m feedbench.cli compare "$OUT/scan-b256-torch.json" "$OUT/verify-b256-torch.json" \
-  --passes warm --no-plots | tail -20
 # the DALI loader's per-batch labels.pin_memory() against a reused pinned buffer (torch only)
 timeout 60 python3 scripts/bench_label_copy.py | tee "$OUT/label-copy.txt"
+DATA=${DATA:-/tmp/fb32k}
+python3 -m feedbench.cli sample "$DATA" --images 32768 --seed 0 --per-shard 256 --jobs 16 >/dev/null
+timeout 260 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
+  --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 100 --loader torch,wds \
+  --json "$OUT/verify-b256.json" | grep -E "^(synthetic|torch|wds|error)"
+for L in torch wds; do
+  timeout 130 python3 -m feedbench.cli scan "$DATA" --loader $L --consumers 1 \
+    --profile resnet50-h200 -b 256 --passes warm --repeat 2 --emulate auto --no-plots \
+    --json "$OUT/scan-b256-$L.json" | grep -E "^(emulated|verdict|warning|error)|·"
+done
+python3 -m feedbench.cli compare "$OUT"/scan-b256-*.json "$OUT/verify-b256.json" \
+  --passes warm --no-plots | tail -20
