@@ -4,12 +4,14 @@ fraction of the synthetic ceiling, verdicts per loader and the summary."""
 from __future__ import annotations
 
 from dataclasses import replace
+from statistics import fmean, median
 
 from feedbench.core.stats import percentiles
 from feedbench.verify.results import (
     MEANS,
     SYNTHETIC,
     Breakdown,
+    Drain,
     LoaderVerdict,
     StepSeries,
     VerifyResult,
@@ -100,6 +102,7 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             if c and r.images_per_s > 0:
                 r.ceiling_fraction = r.images_per_s / c
             slowdown(r, steps.get(r.gpus) if loader != SYNTHETIC else None)
+            r.drain = drain(r) if loader != SYNTHETIC else None
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
                        for loader in loaders_in(result)]  # fmt: skip
@@ -114,6 +117,8 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
         cores = cores_text(last[0], result.host.cpu_count) if v.loader != SYNTHETIC else None
         if cores:
             v.text += "; " + cores
+        if last[0].drain is not None:
+            v.text += "; " + drain_text(last[0].drain)
         if ceil is not None and ceil.ceiling_drift is not None:
             v.text += drift_text(ceil, v.loader == SYNTHETIC)
     for v in result.verdicts:
@@ -237,6 +242,55 @@ def slowdown_text(run: VerifyRun, ceiling_step_s: float) -> str | None:
         f"the loader slows training by {extra * 1e3:.1f} ms per step ({', '.join(shown)} ms "
         f"over the synthetic ceiling's {ceiling_step_s * 1e3:.1f} ms step), more than it waits "
         f"for data ({run.breakdown.data_wait_s * 1e3:.1f} ms)"
+    )
+
+
+# A window drains a start-up queue when its last quarter waits this share of its steps more
+# than its first half (the issue 29 bar for "fed") ...
+DRAIN_RISE = 0.03
+# ... and the last quarter's typical step waits at least this share of itself: a shortfall every
+# step once the queue is gone, not a few stalls (run 13's wds: two, at steps 46 and 74).
+DRAIN_TYPICAL = 0.05
+DRAIN_MIN_STEPS = 8  # fewer steps in a rank's window: its quarters say nothing
+
+
+def drain(run: VerifyRun) -> Drain | None:
+    """Whether ``run``'s window still drained batches queued while its loader started: a
+    loader slower than the step, whose workers' first wave (and any slow first step) queued
+    more than warm-up took, looks fed until the queue is gone, at the window's end."""
+    ranks = [r for r in run.ranks if len(r.step_s) >= DRAIN_MIN_STEPS]
+    if not ranks or run.ceiling_fraction is None or run.status != "ok" or run.partial:
+        return None
+    first, last, typical, pace = [], [], [], []
+    for r in ranks:
+        n = len(r.step_s)
+        half, quarter = n // 2, n - n // 4
+        first.append(_wait_share(r, 0, half))
+        last.append(_wait_share(r, quarter, n))
+        typical.append(median(r.data_wait_s[quarter:]) / max(median(r.step_s[quarter:]), 1e-12))
+        pace.append(fmean(r.step_s) / max(fmean(r.step_s[quarter:]), 1e-12))
+    rise = fmean(last) - fmean(first)
+    if rise < DRAIN_RISE or median(typical) < DRAIN_TYPICAL:
+        return None
+    return Drain(
+        first_half_wait=fmean(first),
+        last_quarter_wait=fmean(last),
+        last_quarter_ceiling_fraction=run.ceiling_fraction * fmean(pace),
+    )
+
+
+def _wait_share(r: StepSeries, a: int, b: int) -> float:
+    total = sum(r.step_s[a:b])
+    return sum(r.data_wait_s[a:b]) / total if total > 0 else 0.0
+
+
+def drain_text(d: Drain) -> str:
+    return (
+        f"its data wait rose from {fmt_wait(d.first_half_wait)} in the window's first half to "
+        f"{fmt_wait(d.last_quarter_wait)} in its last quarter: batches queued while the loader "
+        "started were still being drained, so this window overstates it; at the last "
+        f"quarter's pace it gives {d.last_quarter_ceiling_fraction:.2f} of the ceiling or less "
+        "(measure more --steps)"
     )
 
 

@@ -309,10 +309,11 @@ def test_a_part_added_to_parts_but_not_to_the_schema_fails_at_import(monkeypatch
 
 class _RunAheadLoader(VerifyLoader):
     """A loader that works ahead as a DataLoader's workers do: a thread makes each batch
-    ``delay_s`` after the last into an unbounded queue, from ``iter()`` on."""
+    ``delay_s`` after the last into an unbounded queue, from ``iter()`` on; the first ``burst``
+    at once (its workers' first wave)."""
 
-    def __init__(self, inner: VerifyLoader, delay_s: float) -> None:
-        self.inner, self.delay_s = inner, delay_s
+    def __init__(self, inner: VerifyLoader, delay_s: float, burst: int = 0) -> None:
+        self.inner, self.delay_s, self.burst = inner, delay_s, burst
         self.started: list[float] = []
 
     def __len__(self) -> int:
@@ -326,8 +327,9 @@ class _RunAheadLoader(VerifyLoader):
         ready: queue.Queue = queue.Queue()
 
         def make() -> None:
-            for batch in self.inner:
-                time.sleep(self.delay_s)
+            for i, batch in enumerate(self.inner):
+                if i >= self.burst:
+                    time.sleep(self.delay_s)
                 ready.put(batch)
             ready.put(None)
 
@@ -380,3 +382,32 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(tmp_path, group, monke
     else:
         assert s.primed_s is None or s.primed_s < 2.5
         assert wait < 0.01  # 10 batches queued during the slow first step; the run takes 7
+
+
+def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group):
+    """A loader whose first wave queued 16 batches, then one per 500 ms against a step of a few
+    ms (up to ~160 ms on a loaded CI): the window's first half reads the queue and looks fed,
+    its last quarter waits every step. verify finds the drain, with the pace at the end."""
+    from feedbench.verify.analysis import drain, summarize_run
+    from feedbench.verify.results import VerifyRun
+
+    def timed(name: str, loader: VerifyLoader | None) -> VerifyRun:
+        args = _args(tmp_path / name, warmup=2, steps=24)
+        loop, s = _loop(args, group, loader)
+        loop.run()
+        return summarize_run(
+            VerifyRun(loader=name, gpus=1, per_gpu_batch=4, global_batch=4, ranks=[s])
+        )
+
+    inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
+                        workers=None, seed=0, device=group.device, num_classes=10,
+                        synthetic_batches=40)  # fmt: skip
+    ceiling = timed("synthetic", None)
+    burst = timed("burst", _RunAheadLoader(inner, 0.5, burst=16))
+    burst.ceiling_fraction = burst.images_per_s / ceiling.images_per_s
+    d = drain(burst)
+    assert d is not None and d.first_half_wait < 0.1 and d.last_quarter_wait > 0.5
+    s = burst.ranks[0]
+    pace = (sum(s.step_s) / 24) / (sum(s.step_s[18:]) / 6)
+    assert d.last_quarter_ceiling_fraction == pytest.approx(burst.ceiling_fraction * pace)
+    assert d.last_quarter_ceiling_fraction < burst.ceiling_fraction
