@@ -3,6 +3,7 @@
 # per GPU on a 16-core H200 once verify gives them no head start (981e300), and do the scans,
 # whose GPU step now runs ahead (9bcebf6), say the same? Carry .xfer/extra.tar
 # (scripts/device_extra.sh) after a call that copied .xfer/scipy.tar (scipy's wheel) to /tmp.
+# 200 steps: a first wave of 16 batches drains inside the window, where verify says so.
 # Results under $OUT, the cheapest first: a call cut short keeps what it finished.
 set -u
 mkdir -p /tmp/extra && tar -xf .xfer/extra.tar -C /tmp/extra && tar -xf /tmp/scipy.tar -C /tmp/extra
@@ -14,7 +15,7 @@ timeout 60 python3 scripts/bench_label_copy.py | tee "$OUT/label-copy.txt"
 DATA=${DATA:-/tmp/fb32k}
 python3 -m feedbench.cli sample "$DATA" --images 32768 --seed 0 --per-shard 256 --jobs 16 >/dev/null
 timeout 260 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
-  --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 100 --loader torch,wds \
+  --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 200 --loader torch,wds \
   --json "$OUT/verify-b256.json" | grep -E "^(synthetic|torch|wds|error)"
 for L in torch wds; do
   timeout 130 python3 -m feedbench.cli scan "$DATA" --loader $L --consumers 1 \
