@@ -56,6 +56,9 @@ class Prediction:
     # ± points the scan's AU is resolved to: half the range of its repeats' AUs at this point
     # (0: one repeat)
     scan_resolution_points: float = 0.0
+    # points verify's fraction may overstate the loader: its window still drained a queue filled
+    # at the loader's start, down to its last quarter's pace (``VerifyRun.drain``; 0: it did not)
+    verify_drain_points: float = 0.0
 
     @property
     def agrees(self) -> bool | None:
@@ -71,6 +74,8 @@ class Prediction:
         host's drift between verify's ceiling runs, and the spread of the scan's repeats, could
         make the whole difference."""
         margin = self.resolution_points + self.scan_resolution_points
+        if self.ceiling_fraction is not None and self.predicted_au < self.ceiling_fraction:
+            margin += self.verify_drain_points  # the drain overstates verify: one side only
         return AGREE_POINTS < self.difference_points <= AGREE_POINTS + margin
 
     @property
@@ -152,6 +157,7 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         not_judged=_short(scan, point),
         resolution_points=_resolution(ver, run),
         scan_resolution_points=_scan_resolution(scan, point),
+        verify_drain_points=_drain_points(run),
     )
 
 
@@ -178,6 +184,15 @@ def _scan_resolution(scan: ScanResult, point) -> float:
         if (m.consumers, m.pass_name) == key and in_curve(m) and m.au_mean is not None
     ]
     return (max(aus) - min(aus)) / 2 * 100 if len(aus) > 1 else 0.0
+
+
+def _drain_points(run) -> float:
+    """Points between verify's fraction of the ceiling and its last quarter's, where its
+    window still drained a start-up queue: the fraction is no finer than that."""
+    d = getattr(run, "drain", None)
+    if d is None or run.ceiling_fraction is None:
+        return 0.0
+    return max(0.0, run.ceiling_fraction - d.last_quarter_ceiling_fraction) * 100
 
 
 def _difference(au: float, run) -> float:
@@ -249,6 +264,11 @@ def _verdict_text(p: Prediction) -> str:
         )
     if p.scan_resolution_points:
         why.append(f"the scan's repeats spread ±{p.scan_resolution_points:.0f} points")
+    if p.verify_drain_points and p.ceiling_fraction and p.predicted_au < p.ceiling_fraction:
+        why.append(
+            "verify's window still drained a queue filled at the loader's start: its last "
+            f"quarter ran {p.verify_drain_points:.0f} points below the whole"
+        )
     return f"unresolved: {apart}, within the results' own resolution ({'; '.join(why)})"
 
 
@@ -358,12 +378,14 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("verdict", "verdict"),
             ("verify's resolution (± points)", "resolution_points"),
             ("scan's repeat spread (± points)", "scan_resolution_points"),
+            ("verify's start-up drain (points)", "verify_drain_points"),
             ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
         f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
         "±: further apart, but by less than the results' own resolution (verify's ceiling "
-        "moved between its runs before and after the loaders, or the scan's repeats spread); "
+        "moved between its runs before and after the loaders, the scan's repeats spread, or "
+        "verify's window still drained a queue filled at the loader's start); "
         "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
         "can have ready).",
     )

@@ -234,3 +234,22 @@ def test_the_scan_resolution_is_half_the_range_of_its_completed_repeats():
     # failed or partial repeats do not count
     assert _scan_resolution(scan, NS(consumers=1, pass_name="warm")) == pytest.approx(30.5)
     assert _scan_resolution(scan, NS(consumers=2, pass_name="warm")) == 0.0  # one repeat
+
+
+def test_a_verify_window_that_drained_leaves_a_lower_prediction_open():
+    """verify's torch at 0.85 of the ceiling, its last quarter at 0.77 (a start-up queue drained
+    inside the window): a scan at 0.78 is 7 points below the whole but within the drain, so
+    unresolved; a scan 7 points above it gains nothing from the drain (it only overstates)."""
+    from dataclasses import replace
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _drain_points, sentence
+
+    run = NS(ceiling_fraction=0.85, drain=NS(last_quarter_ceiling_fraction=0.77))
+    assert _drain_points(run) == pytest.approx(8.0)
+    assert _drain_points(NS(ceiling_fraction=0.85, drain=None)) == 0.0
+    below = replace(_prediction(7.0, 0.0), predicted_au=0.78, verify_drain_points=8.0)
+    assert below.verdict == "unresolved"
+    assert "its last quarter ran 8 points below the whole" in sentence(below)
+    above = replace(_prediction(7.0, 0.0), predicted_au=0.92, verify_drain_points=8.0)
+    assert above.verdict == "disagree" and "drained" not in sentence(above)
