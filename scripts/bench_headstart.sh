@@ -3,7 +3,7 @@
 # per GPU on a 16-core H200 once verify gives them no head start (981e300), and do the scans,
 # whose GPU step now runs ahead (9bcebf6), say the same? Carry .xfer/extra.tar
 # (scripts/device_extra.sh) after a call that copied .xfer/scipy.tar (scipy's wheel) to /tmp.
-# 200 steps: a first wave of 16 batches drains inside the window, where verify says so.
+# 200 steps, verify's default: a queue filled in a slow step drains inside it, where verify says so.
 # Results under $OUT, the cheapest first: a call cut short keeps what it finished.
 set -u
 mkdir -p /tmp/extra && tar -xf .xfer/extra.tar -C /tmp/extra && tar -xf /tmp/scipy.tar -C /tmp/extra
