@@ -57,7 +57,7 @@ class Prediction:
     # (0: one repeat)
     scan_resolution_points: float = 0.0
     # points verify's fraction may overstate the loader: its window still drained a queue filled
-    # at the loader's start, down to its last quarter's pace (``VerifyRun.drain``; 0: it did not)
+    # before it (in a slow step), down to its last quarter's pace (``VerifyRun.drain``; 0: none)
     verify_drain_points: float = 0.0
 
     @property
@@ -188,7 +188,7 @@ def _scan_resolution(scan: ScanResult, point) -> float:
 
 def _drain_points(run) -> float:
     """Points between verify's fraction of the ceiling and its last quarter's, where its
-    window still drained a start-up queue: the fraction is no finer than that."""
+    window still drained a queue filled before it: the fraction is no finer than that."""
     d = getattr(run, "drain", None)
     if d is None or run.ceiling_fraction is None:
         return 0.0
@@ -266,7 +266,7 @@ def _verdict_text(p: Prediction) -> str:
         why.append(f"the scan's repeats spread ±{p.scan_resolution_points:.0f} points")
     if p.verify_drain_points and p.ceiling_fraction and p.predicted_au < p.ceiling_fraction:
         why.append(
-            "verify's window still drained a queue filled at the loader's start: its last "
+            "verify's window still drained a queue its loader filled before it: its last "
             f"quarter ran {p.verify_drain_points:.0f} points below the whole"
         )
     return f"unresolved: {apart}, within the results' own resolution ({'; '.join(why)})"
@@ -385,7 +385,7 @@ def prediction_document(check_: PredictionCheck, source: str):
         f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
         "±: further apart, but by less than the results' own resolution (verify's ceiling "
         "moved between its runs before and after the loaders, the scan's repeats spread, or "
-        "verify's window still drained a queue filled at the loader's start); "
+        "verify's window still drained a queue its loader filled before it); "
         "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
         "can have ready).",
     )

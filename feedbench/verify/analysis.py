@@ -245,8 +245,8 @@ def slowdown_text(run: VerifyRun, ceiling_step_s: float) -> str | None:
     )
 
 
-# A window drains a start-up queue when its last quarter waits this share of its steps more
-# than its first half (the issue 29 bar for "fed") ...
+# A window drains a queue filled before it when its last quarter waits this share of its steps
+# more than its first half (the issue 29 bar for "fed") ...
 DRAIN_RISE = 0.03
 # ... and the last quarter's typical step waits at least this share of itself: a shortfall every
 # step once the queue is gone, not a few stalls (run 13's wds: two, at steps 46 and 74).
@@ -255,9 +255,9 @@ DRAIN_MIN_STEPS = 8  # fewer steps in a rank's window: its quarters say nothing
 
 
 def drain(run: VerifyRun) -> Drain | None:
-    """Whether ``run``'s window still drained batches queued while its loader started: a
-    loader slower than the step, whose workers' first wave (and any slow first step) queued
-    more than warm-up took, looks fed until the queue is gone, at the window's end."""
+    """Whether ``run``'s window still drained batches its loader queued before it: a loader
+    slower than the step whose workers filled their queue during a slow step (not the first
+    ones, which verify primes: scripts/first_wave.py) looks fed until the queue is gone."""
     ranks = [r for r in run.ranks if len(r.step_s) >= DRAIN_MIN_STEPS]
     if not ranks or run.ceiling_fraction is None or run.status != "ok" or run.partial:
         return None
@@ -287,10 +287,10 @@ def _wait_share(r: StepSeries, a: int, b: int) -> float:
 def drain_text(d: Drain) -> str:
     return (
         f"its data wait rose from {fmt_wait(d.first_half_wait)} in the window's first half to "
-        f"{fmt_wait(d.last_quarter_wait)} in its last quarter: batches queued while the loader "
-        "started were still being drained, so this window overstates it; at the last "
-        f"quarter's pace it gives {d.last_quarter_ceiling_fraction:.2f} of the ceiling or less "
-        "(measure more --steps)"
+        f"{fmt_wait(d.last_quarter_wait)} in its last quarter: batches it queued ahead before "
+        "the window (in a slow step) were still being drained, so this window overstates it; at "
+        f"the last quarter's pace it gives {d.last_quarter_ceiling_fraction:.2f} of the ceiling "
+        "or less (measure more --steps)"
     )
 
 

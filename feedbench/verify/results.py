@@ -101,8 +101,9 @@ class StepSeries:
 @dataclass
 class Drain:
     """A window whose data wait rose toward its end, its typical step waiting there: batches
-    queued while the loader started (its workers' first wave, a slow first step) were still
-    being drained inside it, so the whole window's rate overstates the loader's sustained one."""
+    the loader queued ahead before it (while a slow step ran: a cudnn search on a new shape, a
+    recompile, a pause) were still being drained inside it, so the whole window's rate
+    overstates the loader's sustained one."""
 
     first_half_wait: float  # Σ data wait / Σ step over the window's first half, mean over ranks
     last_quarter_wait: float  # the same over its last quarter
@@ -164,7 +165,7 @@ class VerifyRun:
     # optimizer_s, other_s): a loader that slows the training it feeds (issue 29)
     slowdown_s: float | None = None
     slowdown_parts_s: dict[str, float] | None = None
-    drain: Drain | None = None  # the window still drained a start-up queue (None: it did not)
+    drain: Drain | None = None  # the window still drained a queue filled before it (None: no)
     gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
     gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs
     gpu_sm_clock_mhz_min: float | None = None  # NVML, the run's GPUs, measured window

@@ -237,9 +237,10 @@ def test_the_scan_resolution_is_half_the_range_of_its_completed_repeats():
 
 
 def test_a_verify_window_that_drained_leaves_a_lower_prediction_open():
-    """verify's torch at 0.85 of the ceiling, its last quarter at 0.77 (a start-up queue drained
-    inside the window): a scan at 0.78 is 7 points below the whole but within the drain, so
-    unresolved; a scan 7 points above it gains nothing from the drain (it only overstates)."""
+    """verify's torch at 0.85 of the ceiling, its last quarter at 0.77 (a queue filled in a slow
+    step drained inside the window): a scan at 0.78 is 7 points below the whole but within the
+    drain, so unresolved; a scan 7 points above it gains nothing from the drain (it only
+    overstates)."""
     from dataclasses import replace
     from types import SimpleNamespace as NS
 

@@ -38,7 +38,7 @@ def test_no_recorded_window_drained(name):
 
 def test_a_window_whose_end_waits_every_step_is_named_with_its_end_pace():
     """Run 13's torch at 256 (0.99, no wait) with its last 40 steps made to wait 12 ms more
-    each, as a loader at 0.84 of the ceiling does once its start-up queue is gone."""
+    each, as a loader at 0.84 of the ceiling does once the queue a slow step let it fill is gone."""
     result = _load("2026-12-04-h200-run13/check-b256-r1")
     (run,) = [r for r in result.runs if r.loader == "torch"]
     s = run.ranks[0]

@@ -385,9 +385,10 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(tmp_path, group, monke
 
 
 def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group):
-    """A loader whose first wave queued 16 batches, then one per 500 ms against a step of a few
-    ms (up to ~160 ms on a loaded CI): the window's first half reads the queue and looks fed,
-    its last quarter waits every step. verify finds the drain, with the pace at the end."""
+    """A loader with 16 batches queued (as a slow step lets it), then one per 500 ms against a
+    step of a few ms (up to ~160 ms on a loaded CI): the window's first half reads the queue and
+    looks fed, its last quarter waits every step. verify finds the drain, with the pace at the
+    end."""
     from feedbench.verify.analysis import drain, summarize_run
     from feedbench.verify.results import VerifyRun
 
