@@ -1,0 +1,43 @@
+"""verify's drain rule on recorded results: every loader run of every verify results file given
+(default: all under benchmarks/), with its window's data wait in the first half and the last
+quarter, and whether the rule flags it.
+
+    python scripts/drain_recorded.py [FILES...]
+"""
+
+from __future__ import annotations
+
+import glob
+import sys
+
+from feedbench.core.errors import FeedbenchError
+from feedbench.verify import results as verify_results
+from feedbench.verify.analysis import _wait_share, compare
+from feedbench.verify.results import SYNTHETIC
+
+
+def main(paths: list[str]) -> None:
+    runs = flagged = 0
+    for path in paths:
+        try:
+            result = verify_results.load(path)
+        except (FeedbenchError, ValueError, KeyError, TypeError):
+            continue  # not a verify results file
+        compare(result)
+        for run in result.runs:
+            ranks = [r for r in run.ranks if len(r.step_s) >= 8]
+            if run.loader == SYNTHETIC or not ranks:
+                continue
+            s, n = ranks[0], len(ranks[0].step_s)
+            runs += 1
+            flagged += run.drain is not None
+            print(
+                f"{path}: {run.loader} {run.per_gpu_batch}/GPU: first half "
+                f"{_wait_share(s, 0, n // 2):.1%}, last quarter {_wait_share(s, n - n // 4, n):.1%}"
+                + (" DRAIN" if run.drain else "")
+            )
+    print(f"{runs} loader runs, {flagged} flagged")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or sorted(glob.glob("benchmarks/**/*.json*", recursive=True)))
