@@ -185,7 +185,10 @@ def test_timed_loop_keeps_warmup_apart_and_parts_add_up(tmp_path, group):
     loop, s = _loop(args, group)
     loop.run()
     assert s.step == [2, 3, 4, 5, 6]  # counted from the first warm-up step
-    assert s.epoch == [0, 1, 1, 1, 2]  # 3 batches per epoch
+    # 3 batches per epoch: 2 in the warm-up, the third ready at its end and taken without a step
+    # (half an epoch at most: 1)
+    assert s.skipped_ready == 1
+    assert s.epoch == [1, 1, 1, 2, 2]
     assert s.images == [4] * 5 and s.batches_per_epoch == 3 and s.workers is None
     assert len(s.warmup_step_s) == 2 and all(x > 0 for x in s.warmup_step_s)
     assert all(len(getattr(s, name)) == 5 for name in COLUMNS)
@@ -352,45 +355,58 @@ def _slow_first_forward(model, seconds: float) -> list[float]:
     return calls
 
 
-@pytest.mark.parametrize("prime", [True, False])
-def test_a_slow_first_step_gives_the_loader_no_head_start(tmp_path, group, monkeypatch, prime):
+@pytest.mark.parametrize(("prime", "skip"), [(True, False), (False, True), (False, False)])
+def test_a_slow_first_step_gives_the_loader_no_head_start(
+    tmp_path, group, monkeypatch, prime, skip
+):
     """A loader slower than the step waits in the window even when the model's first step is
-    slow: the model's first steps run on a made-up batch before the loader starts. Without
-    them (PRIME_STEPS 0) the loader's queue fills during the first step and the window reads
-    no wait: the case this guards against."""
+    slow, by either guard: the model's first steps run on a made-up batch before the loader
+    starts (PRIME_STEPS), or the batches it holds ready at the warm-up's end are taken without
+    a step (SKIP_READY). Without both, the loader's queue fills during the first step and the
+    window reads no wait: the case they guard against."""
     from feedbench.verify.worker import main as worker
 
     if not prime:
         monkeypatch.setattr(worker, "PRIME_STEPS", 0)
-    args = _args(tmp_path, warmup=1, steps=6)
+    monkeypatch.setattr(worker, "SKIP_READY", skip)
+    args = _args(tmp_path, warmup=1, steps=5)
     inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
                         workers=None, seed=0, device=group.device, num_classes=10,
-                        synthetic_batches=20)  # fmt: skip
-    # a batch every 250 ms against a step of a few ms (up to ~90 ms seen on a loaded 2-core CI)
-    loader = _RunAheadLoader(inner, 0.25)
+                        synthetic_batches=40)  # fmt: skip
+    # a batch every 500 ms against a step of a few ms (~160 ms seen on a loaded 2-core CI, ~570
+    # with 4 busy loops on its 2 cores: the loader no longer the slower then)
+    loader = _RunAheadLoader(inner, 0.5)
     loop, s = _loop(args, group, loader)
-    calls = _slow_first_forward(loop.training.ddp.module, 2.5)
+    calls = _slow_first_forward(loop.training.ddp.module, 3.5)
     loop.run()
     wait = sum(s.data_wait_s) / len(s.data_wait_s)
     if prime:
-        assert s.primed_s is not None and s.primed_s >= 2.5
-        assert len(calls) == worker.PRIME_STEPS + 7
+        assert s.primed_s is not None and s.primed_s >= 3.5
+        assert len(calls) == worker.PRIME_STEPS + 6
         assert loader.started[0] > calls[worker.PRIME_STEPS - 1]  # after the primed steps
-        # every step of the window waits for the loader and is paced at its 250 ms; the wait is
-        # the rest of it after the compute, which a loaded 2-core CI stretched to ~160 ms
-        assert statistics.median(s.step_s) > 0.2 and wait > 0.02
     else:
-        assert s.primed_s is None or s.primed_s < 2.5
-        assert wait < 0.01  # 10 batches queued during the slow first step; the run takes 7
+        assert s.primed_s is None or s.primed_s < 3.5
+    # ~7 batches queued during the slow first step, unprimed; taken, if skipped, at its end
+    assert (s.skipped_ready >= 5) == (skip and not prime)
+    if prime or skip:
+        # every step of the window waits for the loader and is paced at its 500 ms; the wait is
+        # the rest of it after the compute
+        assert statistics.median(s.step_s) > 0.4 and wait > 0.02
+    else:
+        assert wait < 0.01  # the run takes 6 of the ~7 queued
 
 
-def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group):
-    """A loader with 16 batches queued (as a slow step lets it), then one per 500 ms against a
+def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group, monkeypatch):
+    """A loader with 14 batches queued (as a slow step lets it), then one per 600 ms against a
     step of a few ms (up to ~160 ms on a loaded CI): the window's first half reads the queue and
     looks fed, its last quarter waits every step. verify finds the drain, with the pace at the
     end."""
     from feedbench.verify.analysis import drain, summarize_run
     from feedbench.verify.results import VerifyRun
+    from feedbench.verify.worker import main as worker
+
+    # not taken at the warm-up's end: the queue as a slow step inside the window leaves it
+    monkeypatch.setattr(worker, "SKIP_READY", False)
 
     def timed(name: str, loader: VerifyLoader | None) -> VerifyRun:
         args = _args(tmp_path / name, warmup=2, steps=24)
@@ -404,7 +420,9 @@ def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group):
                         workers=None, seed=0, device=group.device, num_classes=10,
                         synthetic_batches=40)  # fmt: skip
     ceiling = timed("synthetic", None)
-    burst = timed("burst", _RunAheadLoader(inner, 0.5, burst=16))
+    # 12 batches queued after the warm-up's 2: the window's first half; the queue lasts
+    # 12 / (1 - step / 0.6 s) steps, inside its first three quarters for steps up to 200 ms
+    burst = timed("burst", _RunAheadLoader(inner, 0.6, burst=14))
     burst.ceiling_fraction = burst.images_per_s / ceiling.images_per_s
     d = drain(burst)
     assert d is not None and d.first_half_wait < 0.1 and d.last_quarter_wait > 0.5

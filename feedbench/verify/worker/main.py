@@ -55,6 +55,13 @@ FLUSH_EVERY_S = 5.0
 # steps on a batch made on the device before the loader starts: cudnn's algorithm search, the
 # allocator, DDP's bucket rebuild and torch.compile happen there, not while the loader runs ahead
 PRIME_STEPS = 3
+# At the warm-up's end, batches the loader holds ready are taken without a step (at most this
+# many, and half an epoch): a slow warm-up step after the loader started (a user's images of
+# another shape searched by cudnn, a recompile, a pause) let it fill its queue, and a window
+# that began with that queue would read it instead of the loader's rate.
+SKIP_READY_MAX = 64
+SKIP_READY = True  # off only in the test that shows the head start it removes
+READY_S = 0.005  # a next() this quick took a batch that was ready; a longer one waited for it
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -412,10 +419,13 @@ class TimedLoop:
             self.series.warmup_step_s.append(t.step_s)
 
     def start_window(self) -> None:
-        """The end of the warm-up: its steps filed apart, the part written, every rank met."""
+        """The end of the warm-up: its steps filed apart, the batches the loader holds ready
+        taken, the part written, every rank met."""
         while self.pending:  # the warm-up's steps: timed, kept apart
             self.series.warmup_step_s.append(read_marks(self.pending.popleft(), self.clock).step_s)
+        self.skip_ready()
         write_part(self.part, self.series, False)
+        self.flushed_mono = time.monotonic()  # just written: the next flush is due from here
         barrier(self.rank)
         self.t0 = time.perf_counter()
         self.series.window_start_mono = time.monotonic()
@@ -424,6 +434,27 @@ class TimedLoop:
             from feedbench.verify.worker import schedstat
 
             self.sched0 = schedstat.snapshot()
+
+    def skip_ready(self) -> None:
+        """Take the batches the loader holds ready, without a step, until a ``next()`` waits
+        (``READY_S``) or ``SKIP_READY_MAX`` (half an epoch, if less) are taken; then every rank
+        takes as many as the most any took, so their epochs stay in step. A loader slower than
+        the step then starts the window with its queue empty, as it runs in a long training; a
+        faster one refills its queue in the window's first steps."""
+        epoch = self.series.batches_per_epoch or 2 * SKIP_READY_MAX
+        cap = min(SKIP_READY_MAX, epoch // 2) if SKIP_READY else 0
+        taken = 0
+        while taken < cap:
+            t0 = time.perf_counter()
+            next(self.batches)
+            taken += 1
+            if time.perf_counter() - t0 > READY_S:
+                break
+        most = torch.tensor([taken], device=self.rank.device)
+        dist.all_reduce(most, op=dist.ReduceOp.MAX)
+        for _ in range(int(most.item()) - taken):
+            next(self.batches)
+        self.series.skipped_ready = int(most.item())
 
     def finish(self) -> None:
         """The end of the measured window: the last steps read, the window's length recorded."""
