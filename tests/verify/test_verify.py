@@ -427,6 +427,8 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
                 parts = sum(getattr(s, p)[i] for p in verify_results.PARTS)
                 assert parts == pytest.approx(s.step_s[i], rel=1e-9)
             assert all(b >= 1 for b in s.buckets)  # the comm hook saw every step's all-reduce
+        # every rank took as many ready batches at the warm-up's end (their epochs in step)
+        assert len({s.skipped_ready for s in run.ranks}) == 1 and run.ranks[0].skipped_ready >= 1
         # the measured parts explain the typical step (other = loop bookkeeping), within 5%: a
         # part left untimed shows in every step; one descheduling of a rank on 2 busy cores
         # lands in one step's bookkeeping, so the whole window gets a looser bound
