@@ -210,6 +210,8 @@ def test_timed_loop_without_warmup(tmp_path, group):
     loop, s = _loop(_args(tmp_path, warmup=0, steps=3), group)
     loop.run()
     assert s.step == [0, 1, 2] and s.warmup_step_s == [] and s.window_s is not None
+    assert s.skipped_ready == 0  # from the loader's first batch on, as --warmup 0 asks
+    assert s.epoch == [0, 0, 0]
     _assert_parts_add_up(s)
 
 

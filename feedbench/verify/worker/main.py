@@ -442,7 +442,8 @@ class TimedLoop:
         the step then starts the window with its queue empty, as it runs in a long training; a
         faster one refills its queue in the window's first steps."""
         epoch = self.series.batches_per_epoch or 2 * SKIP_READY_MAX
-        cap = min(SKIP_READY_MAX, epoch // 2) if SKIP_READY else 0
+        # --warmup 0 measures from the loader's first batch on, its start-up included: none taken
+        cap = min(SKIP_READY_MAX, epoch // 2) if SKIP_READY and self.args.warmup else 0
         taken = 0
         while taken < cap:
             t0 = time.perf_counter()
