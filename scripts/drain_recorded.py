@@ -12,7 +12,7 @@ import sys
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.verify import results as verify_results
-from feedbench.verify.analysis import _wait_share, compare
+from feedbench.verify.analysis import DRAIN_MIN_STEPS, _wait_share, compare
 from feedbench.verify.results import SYNTHETIC
 
 
@@ -25,7 +25,7 @@ def main(paths: list[str]) -> None:
             continue  # not a verify results file
         compare(result)
         for run in result.runs:
-            ranks = [r for r in run.ranks if len(r.step_s) >= 8]
+            ranks = [r for r in run.ranks if len(r.step_s) >= DRAIN_MIN_STEPS]
             if run.loader == SYNTHETIC or not ranks:
                 continue
             s, n = ranks[0], len(ranks[0].step_s)

@@ -73,10 +73,15 @@ class Prediction:
         """More than AGREE_POINTS apart, but by less than the two results' own resolution: the
         host's drift between verify's ceiling runs, and the spread of the scan's repeats, could
         make the whole difference."""
-        margin = self.resolution_points + self.scan_resolution_points
-        if self.ceiling_fraction is not None and self.predicted_au < self.ceiling_fraction:
-            margin += self.verify_drain_points  # the drain overstates verify: one side only
+        margin = self.resolution_points + self.scan_resolution_points + self.drain_margin
         return AGREE_POINTS < self.difference_points <= AGREE_POINTS + margin
+
+    @property
+    def drain_margin(self) -> float:
+        """verify's drain points where they count: a drain only overstates verify, so only a
+        prediction below its fraction of the ceiling may be that much lower."""
+        below = self.ceiling_fraction is not None and self.predicted_au < self.ceiling_fraction
+        return self.verify_drain_points if below else 0.0
 
     @property
     def verdict(self) -> str:
@@ -189,7 +194,7 @@ def _scan_resolution(scan: ScanResult, point) -> float:
 def _drain_points(run) -> float:
     """Points between verify's fraction of the ceiling and its last quarter's, where its
     window still drained a queue filled before it: the fraction is no finer than that."""
-    d = getattr(run, "drain", None)
+    d = run.drain
     if d is None or run.ceiling_fraction is None:
         return 0.0
     return max(0.0, run.ceiling_fraction - d.last_quarter_ceiling_fraction) * 100
@@ -264,7 +269,7 @@ def _verdict_text(p: Prediction) -> str:
         )
     if p.scan_resolution_points:
         why.append(f"the scan's repeats spread ±{p.scan_resolution_points:.0f} points")
-    if p.verify_drain_points and p.ceiling_fraction and p.predicted_au < p.ceiling_fraction:
+    if p.drain_margin:
         why.append(
             "verify's window still drained a queue its loader filled before it: its last "
             f"quarter ran {p.verify_drain_points:.0f} points below the whole"

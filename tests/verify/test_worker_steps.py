@@ -364,13 +364,14 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(
     """A loader slower than the step waits in the window even when the model's first step is
     slow, by either guard: the model's first steps run on a made-up batch before the loader
     starts (PRIME_STEPS), or the batches it holds ready at the warm-up's end are taken without
-    a step (SKIP_READY). Without both, the loader's queue fills during the first step and the
+    a step (SKIP_READY_MAX). Without both, the loader's queue fills during the first step and the
     window reads no wait: the case they guard against."""
     from feedbench.verify.worker import main as worker
 
     if not prime:
         monkeypatch.setattr(worker, "PRIME_STEPS", 0)
-    monkeypatch.setattr(worker, "SKIP_READY", skip)
+    if not skip:
+        monkeypatch.setattr(worker, "SKIP_READY_MAX", 0)
     args = _args(tmp_path, warmup=1, steps=5)
     inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
                         workers=None, seed=0, device=group.device, num_classes=10,
@@ -408,7 +409,7 @@ def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group, mo
     from feedbench.verify.worker import main as worker
 
     # not taken at the warm-up's end: the queue as a slow step inside the window leaves it
-    monkeypatch.setattr(worker, "SKIP_READY", False)
+    monkeypatch.setattr(worker, "SKIP_READY_MAX", 0)
 
     def timed(name: str, loader: VerifyLoader | None) -> VerifyRun:
         args = _args(tmp_path / name, warmup=2, steps=24)

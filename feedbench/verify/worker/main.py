@@ -60,7 +60,6 @@ PRIME_STEPS = 3
 # another shape searched by cudnn, a recompile, a pause) let it fill its queue, and a window
 # that began with that queue would read it instead of the loader's rate.
 SKIP_READY_MAX = 64
-SKIP_READY = True  # off only in the test that shows the head start it removes
 READY_S = 0.005  # a next() this quick took a batch that was ready; a longer one waited for it
 
 
@@ -443,7 +442,7 @@ class TimedLoop:
         faster one refills its queue in the window's first steps."""
         epoch = self.series.batches_per_epoch or 2 * SKIP_READY_MAX
         # --warmup 0 measures from the loader's first batch on, its start-up included: none taken
-        cap = min(SKIP_READY_MAX, epoch // 2) if SKIP_READY and self.args.warmup else 0
+        cap = min(SKIP_READY_MAX, epoch // 2) if self.args.warmup else 0
         taken = 0
         while taken < cap:
             t0 = time.perf_counter()
@@ -453,9 +452,9 @@ class TimedLoop:
                 break
         most = torch.tensor([taken], device=self.rank.device)
         dist.all_reduce(most, op=dist.ReduceOp.MAX)
-        for _ in range(int(most.item()) - taken):
-            next(self.batches)
         self.series.skipped_ready = int(most.item())
+        for _ in range(self.series.skipped_ready - taken):
+            next(self.batches)
 
     def finish(self) -> None:
         """The end of the measured window: the last steps read, the window's length recorded."""
