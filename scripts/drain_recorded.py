@@ -16,12 +16,14 @@ from feedbench.verify.analysis import DRAIN_MIN_STEPS, _wait_share, compare
 from feedbench.verify.results import SYNTHETIC
 
 
-def main(paths: list[str]) -> None:
+def main(paths: list[str], argv_named: bool = False) -> None:
     runs = flagged = 0
     for path in paths:
         try:
             result = verify_results.load(path)
-        except (FeedbenchError, ValueError, KeyError, TypeError):
+        except (FeedbenchError, ValueError, KeyError, TypeError) as e:
+            if argv_named:  # a file asked for by name is said when skipped; a glob's others not
+                print(f"skipped {path}: {str(e).splitlines()[0]}", file=sys.stderr)
             continue  # not a verify results file
         compare(result)
         for run in result.runs:
@@ -40,4 +42,5 @@ def main(paths: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or sorted(glob.glob("benchmarks/**/*.json*", recursive=True)))
+    named = sys.argv[1:]
+    main(named or sorted(glob.glob("benchmarks/**/*.json*", recursive=True)), bool(named))

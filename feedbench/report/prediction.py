@@ -383,7 +383,7 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("verdict", "verdict"),
             ("verify's resolution (± points)", "resolution_points"),
             ("scan's repeat spread (± points)", "scan_resolution_points"),
-            ("verify's start-up drain (points)", "verify_drain_points"),
+            ("verify's queue drain (points)", "verify_drain_points"),
             ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
