@@ -14,6 +14,8 @@ export PYTHONPATH=/tmp/site:$PWD
 timeout 60 python3 scripts/bench_label_copy.py | tee "$OUT/label-copy.txt"
 DATA=${DATA:-/tmp/fb32k}
 python3 -m feedbench.cli sample "$DATA" --images 32768 --seed 0 --per-shard 256 --jobs 16 >/dev/null
+# torchvision's nvjpeg: the GPU decode the torch and wds loaders lack, and its cost to the step
+timeout 150 python3 scripts/bench_nvjpeg.py --data "$DATA" --json "$OUT/nvjpeg.json" 2>&1 | grep -v Warn
 timeout 260 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
   --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 200 --loader torch,wds \
   --json "$OUT/verify-b256.json" | grep -E "^(synthetic|torch|wds|error)"
