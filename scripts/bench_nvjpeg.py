@@ -75,7 +75,35 @@ def crop_roi(images, boxes, flips, out):
     return out
 
 
+def encoded_batches(raw, batch, count, size=SIZE):
+    """The batches as the torch loader's workers send them (loaders.gpu_decode)."""
+    from loaders.decode import CpuDecoder
+    from loaders.gpu_decode import EncodedBatchMaker
+
+    maker = EncodedBatchMaker(CpuDecoder(size, True))
+    rng = np.random.default_rng(2)
+    made = []
+    for k in range(count):
+        for i in range(batch):
+            maker.add(raw[(k * batch + i) % len(raw)].numpy().tobytes(), rng)
+        made.append(maker.batch(lambda shape: torch.empty(shape, dtype=torch.uint8)))
+    return made
+
+
+_MODULE = {}
+
+
 def decoded_batch(raw, batch, k, way, rng, out):
+    if way == "loader":  # loaders.gpu_decode.GpuJpegDecoder, as the torch loader runs it
+        from loaders.decode import CpuDecoder
+        from loaders.gpu_decode import GpuJpegDecoder
+
+        if batch not in _MODULE:
+            _MODULE[batch] = encoded_batches(raw, batch, 8)
+        dec = GpuJpegDecoder(CpuDecoder(SIZE, True), torch.device("cuda"))
+        images, _, _ = dec(_MODULE[batch][k % 8])
+        out.copy_(images.permute(0, 3, 1, 2))
+        return out
     chunk = [raw[(k * batch + i) % len(raw)] for i in range(batch)]
     images = decode_jpeg(chunk, device="cuda")
     if way == "decode":
@@ -183,6 +211,38 @@ class Feeder:
         self.thread.join(timeout=5)
 
 
+class Inline:
+    """As the torch loader's prefetcher: the next batch decoded on a side stream in the training
+    thread, one ahead."""
+
+    def __init__(self, raw, batch):
+        self.raw, self.batch, self.k = raw, batch, 0
+        self.stream = torch.cuda.Stream()
+        self.rng = np.random.default_rng(0)
+        self.bufs = [torch.empty(batch, 3, SIZE, SIZE, device="cuda") for _ in range(3)]
+        self.cpu_s, self.batches = 0.0, 0
+        self.nxt = self._issue()
+
+    def _issue(self):
+        c0 = time.thread_time()
+        out = self.bufs[self.k % 3]
+        with torch.cuda.stream(self.stream):
+            decoded_batch(self.raw, self.batch, self.k, "loader", self.rng, out)
+            ev = torch.cuda.Event()
+            ev.record(self.stream)
+        self.k += 1
+        self.cpu_s += time.thread_time() - c0
+        self.batches += 1
+        return out, ev
+
+    def get(self):
+        cur, self.nxt = self.nxt, self._issue()
+        return cur
+
+    def close(self):
+        pass
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", type=Path, required=True)
@@ -202,7 +262,7 @@ def main() -> None:
     rows = []
     for b in a.batch:
         rng = np.random.default_rng(1)
-        for way in ("decode", "each", "roi"):
+        for way in ("decode", "each", "roi", "loader"):
             try:
                 r = rate(raw, b, way, a.batches, rng)
             except Exception as e:  # a way this torchvision lacks is a row, not the end
@@ -213,10 +273,10 @@ def main() -> None:
         alone = train_rate(b, steps)
         rows.append({"batch": b, "train": "synthetic", **alone})
         print(json.dumps(rows[-1]))
-        for way in ("each", "roi"):
+        for way in ("roi", "loader", "loader-inline"):
             if any(r.get("way") == way and r.get("batch") == b and "error" in r for r in rows):
                 continue
-            f = Feeder(raw, b, way)
+            f = Feeder(raw, b, way) if way != "loader-inline" else Inline(raw, b)
             try:
                 r = train_rate(b, steps, f)
             finally:
