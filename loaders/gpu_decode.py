@@ -27,10 +27,32 @@ import torch
 
 from loaders.decode import CpuDecoder, DecodeError, _is_jpeg
 
+# decode="auto" (the torch backend) decodes on the GPU for batches larger than the DALI backend's
+# SMALL_BATCH, with fewer than AUTO_CPU_CORES cores per rank (loaders.api): there a CPU decode
+# cannot keep up (ResNet-50 at 256 per H200 on 16 cores: ~0.84), and at or below SMALL_BATCH
+# the step is short, bound by the host thread that launches it, and a CPU decode keeps up.
 # nvJPEG takes these (YCbCr and grey JPEGs, turned into RGB); the rest go to the CPU
 GPU_COLORSPACES = ("YCbCr", "Gray", "RGB")
 # A group's padded canvas holds at most this many times its images' own pixels
 GROUP_WASTE = 2.0
+
+
+def decode_where(decode: str, device: torch.device, batch_size: int, local_world: int) -> str:
+    """Where the torch backend decodes: "gpu" or "cpu"; decode="gpu" without CUDA is refused."""
+    from loaders.api import AUTO_CPU_CORES
+    from loaders.dali_backend import SMALL_BATCH
+    from loaders.dist import default_workers
+
+    if decode not in ("auto", "gpu", "cpu"):
+        raise ValueError(f"decode takes auto, gpu or cpu, not {decode!r}")
+    if device.type != "cuda":
+        if decode == "gpu":
+            raise ValueError("decode='gpu' needs a CUDA device")
+        return "cpu"
+    if decode != "auto":
+        return decode
+    few_cores = default_workers(local_world) < AUTO_CPU_CORES
+    return "gpu" if few_cores and batch_size > SMALL_BATCH else "cpu"
 
 
 @dataclass
@@ -204,15 +226,23 @@ class GpuJpegDecoder:
         return images, bad
 
     def _cpu_whole(self, piece: torch.Tensor, i: int, bad: dict[int, str]):
-        from PIL import Image
-
+        """A JPEG nvJPEG refused, decoded whole by the CPU path's library (so it is skipped
+        exactly where the CPU path skips it)."""
+        data = piece.numpy().tobytes()
         try:
-            with Image.open(io.BytesIO(piece.numpy().tobytes())) as im:
-                rgb = np.asarray(im.convert("RGB"))
-        except Exception as e:  # Pillow raises its own types; all mean "not decodable"
+            if self.cpu.decoder == "simplejpeg":
+                import simplejpeg
+
+                rgb = simplejpeg.decode_jpeg(data, colorspace="RGB")
+            else:
+                from PIL import Image
+
+                with Image.open(io.BytesIO(data)) as im:
+                    rgb = np.asarray(im.convert("RGB"))
+        except Exception as e:  # each library raises its own types; all mean "not decodable"
             bad[i] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             return None
-        return torch.from_numpy(rgb.copy()).permute(2, 0, 1).to(self.device)
+        return torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1).to(self.device)
 
     def _crops(self, images: list[torch.Tensor], boxes: np.ndarray, flips: np.ndarray):
         """Each image's box resized to S×S (uint8 N×S×S×3), flipped where asked."""

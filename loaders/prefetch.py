@@ -21,16 +21,21 @@ class DevicePrefetcher:
 
     def __init__(
         self, batches: Iterable, device: torch.device, normalize: Normalize | BatchOutput,
-        slots=None,
+        slots=None, decode=None,
     ) -> None:  # fmt: skip
         self.batches = batches
         self.device = device
         self.normalize = normalize
         self.slots = slots  # loaders.slots.BatchSlots the host batches are views of, if any
+        # (host batch, labels, keys) → (uint8 images on the device, labels, keys): a batch of
+        # JPEG bytes decoded on the device (loaders.gpu_decode) instead of copied
+        self.decode = decode
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
         if self.device.type != "cuda":
             for images, labels, keys in self.batches:
+                if self.decode is not None:
+                    images, labels, keys = self.decode(images, labels, keys)
                 yield self.normalize(images), labels, keys
             return
         stream = torch.cuda.Stream(device=self.device)
@@ -42,6 +47,8 @@ class DevicePrefetcher:
             except StopIteration:
                 return None
             with torch.cuda.stream(stream):
+                if self.decode is not None:
+                    images, labels, keys = self.decode(images, labels, keys)
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
                 if self.slots is not None:  # the slot goes back once this copy is done

@@ -48,6 +48,7 @@ from loaders.data import SampleIndex, Skipped, remote
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import eval_indices, shard_indices
 from loaders.dropin import SourceInfo
+from loaders.gpu_decode import EncodedBatchMaker, GpuJpegDecoder, decode_where
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
 from loaders.slots import SPARE, BatchSlots, SlotBatch, shm_free
@@ -112,7 +113,7 @@ class ImageDataset(SourceInfo, Dataset):
 
     def __init__(
         self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False,
-        slots: BatchSlots | None = None,
+        slots: BatchSlots | None = None, encode: bool = False,
     ) -> None:  # fmt: skip
         self.index = index
         self.decoder = decoder
@@ -120,6 +121,9 @@ class ImageDataset(SourceInfo, Dataset):
         self.rank = rank
         self.pin = pin
         self.slots = slots  # workers decode into these (loaders.slots)
+        # decode="gpu": workers send bytes and crops (loaders.gpu_decode), made per process
+        self.encode = encode
+        self._maker: EncodedBatchMaker | None = None
         self._fds: dict[int, int] = {}
         self._pid = -1
 
@@ -151,6 +155,8 @@ class ImageDataset(SourceInfo, Dataset):
         epoch, batch, indices = request
         size = self.decoder.size
         rng = np.random.default_rng([self.seed, epoch, self.rank, batch])
+        if self.encode:
+            return self._encoded(indices, rng)
         if self.slots is not None and get_worker_info() is not None:
             slot, images, labels = self.slots.claim()
         else:
@@ -176,6 +182,28 @@ class ImageDataset(SourceInfo, Dataset):
         keys = torch.tensor(keep, dtype=torch.int64)
         labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
         return images[: len(keep)], labels, keys, skipped
+
+    def _encoded(self, indices, rng):
+        """decode="gpu": the batch's bytes and crops (:class:`EncodedBatch`) for the GPU."""
+        if self._maker is None:
+            self._maker = EncodedBatchMaker(self.decoder)
+        keep: list[int] = []
+        skipped: list[Skipped] = []
+        for i in indices:
+            i = int(i)
+            try:
+                self._maker.add(self._read(i), rng)
+            except OSError as e:
+                skipped.append(Skipped(self.index.describe(i), remote.reason(e)))
+                continue
+            except DecodeError as e:
+                skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
+                continue
+            keep.append(i)
+        encoded = self._maker.batch(lambda shape: _new_uint8(shape, False))
+        keys = torch.tensor(keep, dtype=torch.int64)
+        labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
+        return encoded, labels, keys, skipped
 
 
 def worker_options(workers: int, prefetch: int, multiprocessing_context, nice: int) -> dict:
@@ -323,6 +351,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         workers: int,
         prefetch: int = 4,
         decoder: str = "auto",
+        decode: str = "auto",
         multiprocessing_context=None,
         worker_nice: int = WORKER_NICE,
         reserve_cores: int = RESERVE_CORES,
@@ -336,11 +365,14 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
-        pin = self.device.type == "cuda"
-        self.slots = self._batch_slots(slots, workers, prefetch, pin)
+        self.decode = decode_where(decode, self.device, batch_size, info.local_world_size)
+        on_gpu = self.decode == "gpu"
+        pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
+        self.slots = None if on_gpu else self._batch_slots(slots, workers, prefetch, pin)
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
+        self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
         self.dataset = ImageDataset(
-            index, self.decoder, self.seed, info.rank, pin=pin, slots=self.slots
+            index, self.decoder, self.seed, info.rank, pin=pin, slots=self.slots, encode=on_gpu
         )
         self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
@@ -401,7 +433,24 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             self._record_skipped(skipped)
             yield images, labels, keys
 
+    def _decoded(self, encoded, labels, keys):
+        """decode="gpu": a worker's :class:`EncodedBatch` decoded on the device (on the
+        prefetcher's stream); what nvJPEG and the CPU both fail on is skipped and counted."""
+        assert self.gpu_decoder is not None
+        images, failed, why = self.gpu_decoder(encoded)
+        if failed:
+            self._record_skipped(
+                [
+                    Skipped(self.index.describe(int(keys[p])), w)
+                    for p, w in zip(failed, why, strict=True)
+                ]
+            )
+            keep = np.setdiff1d(np.arange(len(keys)), failed)
+            labels, keys = labels[keep], keys[keep]
+        return images, labels, keys
+
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
         yield from DevicePrefetcher(
-            self._host_batches(epoch, start), self.device, self.output, slots=self.slots
-        )
+            self._host_batches(epoch, start), self.device, self.output, slots=self.slots,
+            decode=self._decoded if self.gpu_decoder is not None else None,
+        )  # fmt: skip

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device call without DALI (no parts): do the torch and wds loaders keep ResNet-50 fed at 256
+# One device call without DALI (no parts): do torch (nvJPEG at 256 since decode=auto) and wds keep
+# ResNet-50 fed at 256
 # per GPU on a 16-core H200 once verify gives them no head start (981e300), and do the scans,
 # whose GPU step now runs ahead (9bcebf6), say the same? Carry .xfer/extra.tar
 # (scripts/device_extra.sh) after a call that copied .xfer/scipy.tar (scipy's wheel) to /tmp.
@@ -19,6 +20,13 @@ timeout 150 python3 scripts/bench_nvjpeg.py --data "$DATA" --json "$OUT/nvjpeg.j
 timeout 260 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
   --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 200 --loader torch,wds \
   --json "$OUT/verify-b256.json" | grep -E "^(synthetic|torch|wds|error)"
+# torch decodes on the GPU at 256 on 16 cores (decode="auto"); its CPU decode beside it
+timeout 120 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
+  --keep-going --run-timeout 100 --no-plots --warmup 30 -b 256 --steps 200 --loader torch \
+  --no-synthetic -o torch:decode=cpu --json "$OUT/verify-b256-torchcpu.json" | grep -E "^(torch|error)"
+# the GPU tests of nvJPEG decode and of scan's queued GPU step
+timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py \
+  tests/scan/test_emulate.py -k "nvjpeg or slots or queued" 2>&1 | tail -4
 for L in torch wds; do
   timeout 130 python3 -m feedbench.cli scan "$DATA" --loader $L --consumers 1 \
     --profile resnet50-h200 -b 256 --passes warm --repeat 2 --emulate auto --no-plots \

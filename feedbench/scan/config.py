@@ -232,6 +232,8 @@ def _check_loader(backend: str, options: dict[str, Any]) -> None:
             raise FeedbenchError(
                 f"--loader-option {on_gpu[0]}=gpu: no CUDA device here for DALI to use"
             )
+    if backend == "torch" and options.get("decode") == "gpu" and not _cuda():
+        raise FeedbenchError("--loader-option decode=gpu: no CUDA device here for nvJPEG to use")
     if backend == "wds":
         try:
             import webdataset  # noqa: F401

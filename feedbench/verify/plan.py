@@ -291,15 +291,16 @@ def check_batches(
 
 
 def check_gpu_options(options: dict[str, dict], device: str) -> None:
-    """DALI asked to decode or resize on the GPU of a run that trains on the CPU: one line now,
-    rather than the run failing once started."""
+    """DALI (or torch) asked to decode or resize on the GPU of a run that trains on the CPU: one
+    line now, rather than the run failing once started."""
     from loaders.option_values import NEEDS_GPU
 
     if device == "cuda":
         return
-    for key in NEEDS_GPU:
-        if options.get("dali", {}).get(key) == "gpu":
-            raise FeedbenchError(f"--loader-option dali:{key}=gpu needs --device cuda")
+    for backend in ("dali", "torch"):
+        for key in NEEDS_GPU:
+            if options.get(backend, {}).get(key) == "gpu":
+                raise FeedbenchError(f"--loader-option {backend}:{key}=gpu needs --device cuda")
 
 
 def plan(config: VerifyConfig) -> Plan:

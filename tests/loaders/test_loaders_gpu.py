@@ -266,3 +266,19 @@ def test_slots_are_page_locked_and_give_the_plain_batches(tiny_gpu, backend, kin
     for (a, la, ka), (b, lb, kb) in zip(out[None], out[False], strict=True):
         assert torch.equal(a, b) and torch.equal(la, lb) and torch.equal(ka, kb)
         assert label_mismatches(a, la) == 0
+
+
+def test_nvjpeg_batches_match_the_cpu_decode(tiny_gpu):
+    """The torch loader's decode="gpu" (nvJPEG) against its CPU decode: the same crops and
+    flips, the same samples and labels in the same order."""
+    from loaders import build_loader
+
+    tiny_tree = tiny_gpu["tree"]
+    kw = dict(image_size=32, workers=2, return_keys=True, seed=5)
+    gpu = build_loader(tiny_tree, "torch", 32, device="cuda", decode="gpu", **kw)
+    cpu = build_loader(tiny_tree, "torch", 32, device="cuda", decode="cpu", **kw)
+    for (a, la, ka), (b, lb, kb) in zip(gpu, cpu, strict=True):
+        assert a.is_cuda and torch.equal(ka, kb) and torch.equal(la.cpu(), lb.cpu())
+        assert (a - b).abs().mean() < 0.1  # normalised units: the same crops and flips
+    gpu.close()
+    cpu.close()

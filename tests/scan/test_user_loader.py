@@ -526,3 +526,15 @@ def test_dali_on_the_gpu_without_one_is_refused_before_anything_runs(option, mon
         check(given)
     monkeypatch.setattr(scan_config, "_cuda", lambda: True)
     check(given)  # with a GPU: nothing to refuse here
+
+
+def test_torch_decoding_on_the_gpu_without_one_is_refused_before_anything_runs(monkeypatch):
+    from feedbench.scan import config as scan_config
+    from feedbench.scan.config import ScanConfig, check
+
+    monkeypatch.setattr(scan_config, "_cuda", lambda: False)
+    given = ScanConfig("/nonexistent", loader="torch", loader_options={"decode": "gpu"})
+    with pytest.raises(FeedbenchError, match="--loader-option decode=gpu: no CUDA device"):
+        check(given)
+    monkeypatch.setattr(scan_config, "_cuda", lambda: True)
+    check(given)

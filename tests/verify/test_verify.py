@@ -252,7 +252,7 @@ def test_more_gpus_than_present():
         (["--loader", "dali-example"], r"loader dali-example (decodes on the GPU: it needs "
                                        r"--device cuda|is unavailable: it needs NVIDIA DALI)"),
         (["-l", "torch", "-o", "hw_decoder_load=0.9"], r"no loader of this run takes "
-                                                       r"'hw_decoder_load' \(they take: decoder,"),
+                                                       r"'hw_decoder_load' \(they take: decode,"),
         (["-l", "torch", "-o", "dali:prefetch=2"], r"loader dali is not in this run"),
         (["-l", "torch", "-o", "prefetch"], r"--loader-option takes \[LOADER:\]KEY=VALUE"),
         (["-l", "torch", "-o", "baseline:workers=2"], r"options go to the library loaders"),
@@ -260,6 +260,8 @@ def test_more_gpus_than_present():
                                               r"whole number ≥ 1, not 0"),
         (["-l", "dali", "-o", "resize=gpu"], r"--loader-option dali:resize=gpu needs --device "
                                             r"cuda|loader dali is unavailable"),
+        (["-l", "torch", "-o", "torch:decode=gpu"], r"--loader-option torch:decode=gpu needs "
+                                                    r"--device cuda"),
         (["--stream-priority", "high"], r"--stream-priority is a CUDA stream setting"),
         (["--stream-priority", "urgent"], r"--stream-priority takes normal or high"),
         (["--cpu-affinity", "numa"], r"--cpu-affinity takes inherit or split"),
