@@ -75,6 +75,56 @@ class EncodedBatch:
         start = int(self.ends[i - 1]) if i else 0
         return self.data[start : int(self.ends[i])]
 
+    def __getitem__(self, part: slice) -> EncodedBatch:
+        """Positions ``part`` of the batch as a batch of their own (the wds backend re-batches
+        workers' chunks): its JPEGs are one run of ``data``, so this copies no bytes."""
+        start, stop, step = part.indices(len(self))
+        if step != 1:
+            raise ValueError("an EncodedBatch slices with step 1 only")
+        j = np.flatnonzero((self.jpeg_at >= start) & (self.jpeg_at < stop))
+        r = np.flatnonzero((self.ready_at >= start) & (self.ready_at < stop))
+        lo = (int(self.ends[j[0] - 1]) if j[0] else 0) if len(j) else 0
+        hi = int(self.ends[j[-1]]) if len(j) else 0
+        return EncodedBatch(
+            data=self.data[lo:hi],
+            ends=self.ends[j] - lo,
+            boxes=self.boxes[j],
+            flips=self.flips[j],
+            jpeg_at=self.jpeg_at[j] - start,
+            ready=self.ready[torch.from_numpy(r)],
+            ready_at=self.ready_at[r] - start,
+        )
+
+    @staticmethod
+    def cat(parts: list[EncodedBatch]) -> EncodedBatch:
+        """The batches one after another, as one."""
+        at = np.cumsum([0] + [len(p) for p in parts[:-1]])
+        sizes = np.cumsum([0] + [len(p.data) for p in parts[:-1]])
+        return EncodedBatch(
+            data=torch.cat([p.data for p in parts]),
+            ends=np.concatenate([p.ends + o for p, o in zip(parts, sizes, strict=True)]),
+            boxes=np.concatenate([p.boxes for p in parts]),
+            flips=np.concatenate([p.flips for p in parts]),
+            jpeg_at=np.concatenate([p.jpeg_at + a for p, a in zip(parts, at, strict=True)]),
+            ready=torch.cat([p.ready for p in parts]),
+            ready_at=np.concatenate([p.ready_at + a for p, a in zip(parts, at, strict=True)]),
+        )
+
+    @staticmethod
+    def unread(n: int, size: int, new_uint8) -> EncodedBatch:
+        """``n`` samples never decoded (a resumed wds epoch's replayed chunks, whose pixels
+        are never used): placeholders of the right count."""
+        none = np.empty(0, np.int64)
+        return EncodedBatch(
+            data=new_uint8((0,)),
+            ends=none,
+            boxes=np.empty((0, 4), np.int64),
+            flips=np.empty(0, bool),
+            jpeg_at=none,
+            ready=new_uint8((n, size, size, 3)),
+            ready_at=np.arange(n, dtype=np.int64),
+        )
+
 
 class EncodedBatchMaker:
     """In a worker: add each sample's bytes; :meth:`batch` packs them (``new_uint8(shape)``

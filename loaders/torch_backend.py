@@ -274,6 +274,7 @@ class WorkersAcrossEpochs:
     _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
     _loader_cpus: set[int] | None = None  # where its workers run (loaders.affinity)
     slots: BatchSlots | None = None  # what its workers decode into (loaders.slots)
+    gpu_decoder: GpuJpegDecoder | None = None  # decode="gpu" (loaders.gpu_decode)
 
     def _epoch_items(
         self, epoch: int, count: int, start: Callable[[], None], restart: bool = False
@@ -316,6 +317,22 @@ class WorkersAcrossEpochs:
         if pin:
             made.pin()
         return made
+
+    def _decoded(self, encoded, labels, keys):
+        """decode="gpu": a worker's :class:`EncodedBatch` decoded on the device (on the
+        prefetcher's stream); what nvJPEG and the CPU both fail on is skipped and counted."""
+        assert self.gpu_decoder is not None
+        images, failed, why = self.gpu_decoder(encoded)
+        if failed:
+            self._record_skipped(
+                [
+                    Skipped(self.index.describe(int(keys[p])), w)
+                    for p, w in zip(failed, why, strict=True)
+                ]
+            )
+            keep = np.setdiff1d(np.arange(len(keys)), failed)
+            labels, keys = labels[keep], keys[keep]
+        return images, labels, keys
 
     def _copied_out(self, batch: SlotBatch) -> bool:
         """Whether a worker's batch is copied out of its slot on the host, the slot back at once
@@ -432,22 +449,6 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             images, labels, keys, skipped = item
             self._record_skipped(skipped)
             yield images, labels, keys
-
-    def _decoded(self, encoded, labels, keys):
-        """decode="gpu": a worker's :class:`EncodedBatch` decoded on the device (on the
-        prefetcher's stream); what nvJPEG and the CPU both fail on is skipped and counted."""
-        assert self.gpu_decoder is not None
-        images, failed, why = self.gpu_decoder(encoded)
-        if failed:
-            self._record_skipped(
-                [
-                    Skipped(self.index.describe(int(keys[p])), w)
-                    for p, w in zip(failed, why, strict=True)
-                ]
-            )
-            keep = np.setdiff1d(np.arange(len(keys)), failed)
-            labels, keys = labels[keep], keys[keep]
-        return images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):
         yield from DevicePrefetcher(

@@ -47,6 +47,7 @@ unusable (no label, no image, truncated shard tail) are never yielded.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -63,6 +64,7 @@ from loaders.data.tar import iter_shard
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dropin import SourceInfo
 from loaders.errors import LoaderError
+from loaders.gpu_decode import EncodedBatch, EncodedBatchMaker, GpuJpegDecoder, decode_where
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint
 from loaders.slots import BatchSlots, SlotBatch
@@ -121,9 +123,13 @@ class ShardStream(SourceInfo, IterableDataset):
         pin: bool,
         mark_repeats: bool = False,
         slots: BatchSlots | None = None,
+        encode: bool = False,
     ) -> None:
         self.index = index
         self.slots = slots  # workers decode whole chunks into these (loaders.slots)
+        # decode="gpu": workers send bytes and crops (loaders.gpu_decode), made per process
+        self.encode = encode
+        self._maker: EncodedBatchMaker | None = None
         self.mark_repeats = mark_repeats
         self.decoder = decoder
         self.rank = rank
@@ -279,18 +285,36 @@ class ShardStream(SourceInfo, IterableDataset):
         if self.slots is not None and not fake and get_worker_info() is not None:
             slot, images, labels = self.slots.claim()
             return slot, images[:n], labels
+        if self.encode:  # the chunk's bytes are packed after reading (_chunk)
+            return None, n, None
         size = self.decoder.size
         return None, _new_uint8((n, size, size, 3), self.pin), None
 
-    def _chunk(self, samples, images: torch.Tensor, rng, fake: bool, repeats_from: int):
-        """``len(images)`` samples decoded into ``images`` (``fake``: read, left undecoded).
+    def _chunk(self, samples, images, rng, fake: bool, repeats_from: int):
+        """``len(images)`` samples decoded into ``images`` (``fake``: read, left undecoded);
+        decode="gpu": ``images`` is the count, and the chunk an :class:`EncodedBatch`.
 
         Training replaces a sample that fails to decode with the next one (counts stay exact);
         evaluation leaves it out (every sample at most once), so the chunk is smaller. Even
         evaluation (``mark_repeats``): the key of the ``repeats_from``-th read on, a repeat of
-        the worker's own samples, is stored as ``-1 - key`` (:meth:`WdsLoader._mark_repeats`)."""
-        n = len(images)
-        out = images.numpy()
+        the worker's own samples, is stored as ``-1 - key`` (:meth:`WdsLoader._mark_repeats`).
+        decode="gpu" finds a bad JPEG header here, a bad body only in the training process
+        (:class:`loaders.gpu_decode.GpuJpegDecoder`), where the batch is then one smaller."""
+        if self.encode:
+            n = int(images)
+            if self._maker is None:
+                self._maker = EncodedBatchMaker(self.decoder)
+            maker = self._maker
+
+            def put(data: bytes, got: int) -> None:
+                maker.add(data, rng)
+        else:
+            n = len(images)
+            out = images.numpy()
+
+            def put(data: bytes, got: int) -> None:
+                self.decoder.decode_into(data, out[got], rng)
+
         keys = np.empty(n, dtype=np.int64)
         skipped: list[Skipped] = []
         got = tried = 0
@@ -299,13 +323,18 @@ class ShardStream(SourceInfo, IterableDataset):
             tried += 1
             try:
                 if not fake:
-                    self.decoder.decode_into(data, out[got], rng)
+                    put(data, got)
             except DecodeError as e:
                 skipped.append(Skipped(self.index.describe(i), str(e)))
                 continue
             keys[got] = -1 - i if self.mark_repeats and tried > repeats_from else i
             got += 1
-        return images[:got], keys[:got], skipped
+        if not self.encode:
+            return images[:got], keys[:got], skipped
+        new = functools.partial(_new_uint8, pin=False)
+        if fake:
+            return EncodedBatch.unread(got, self.decoder.size, new), keys[:got], skipped
+        return self._maker.batch(new), keys[:got], skipped
 
 
 def rebatch(chunks, batch_size: int, drop_last: bool, pin: bool):
@@ -338,6 +367,9 @@ def _take(pending, n: int, pin: bool):
             pending[0] = (images[need:], labels[need:], keys[need:])
             need = 0
     first = parts[0][0]
+    if isinstance(first, EncodedBatch):  # decode="gpu": bytes and crops, not pixels
+        batch = EncodedBatch.cat([p[0] for p in parts])
+        return batch, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
     out = torch.empty((n, *first.shape[1:]), dtype=first.dtype, pin_memory=pin)
     torch.cat([p[0] for p in parts], out=out)
     return out, torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])
@@ -380,6 +412,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batch_transform=None,
         normalize: bool = True,
         slots: bool | None = None,
+        decode: str = "auto",
         **common,
     ) -> None:
         super().__init__(index, info, batch_size, **common)
@@ -404,10 +437,13 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
                 self.samples_per_rank = max(int(per_shard[r::w].sum()) for r in range(w))
         self.shuffle_buffer = shuffle_buffer
         self.workers = workers
-        pin = self.device.type == "cuda"
+        self.decode = decode_where(decode, self.device, batch_size, info.local_world_size)
+        on_gpu = self.decode == "gpu"
+        pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
         self.pin = pin
-        self.slots = self._batch_slots(slots, workers, prefetch, pin)
+        self.slots = None if on_gpu else self._batch_slots(slots, workers, prefetch, pin)
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
+        self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
         self.dataset = ShardStream(
             index,
             self.decoder,
@@ -421,6 +457,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             pin=pin and workers == 0,
             mark_repeats=self.even_batches,
             slots=self.slots,
+            encode=on_gpu,
         )
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(
@@ -486,7 +523,10 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         batches = rebatch(chunks, self.batch_size, self.drop_last, self.pin)
         if start is not None:
             batches = itertools.islice(batches, start.batches, None)
-        yield from DevicePrefetcher(batches, self.device, self.output, slots=self.slots)
+        yield from DevicePrefetcher(
+            batches, self.device, self.output, slots=self.slots,
+            decode=self._decoded if self.gpu_decoder is not None else None,
+        )  # fmt: skip
 
     def dealt_per_rank(self) -> int:
         """Evaluation: the largest rank's whole shards (training: ``samples_per_rank``)."""

@@ -168,3 +168,46 @@ def test_the_torch_loader_with_workers_sending_bytes(tiny_tree, tmp_path, monkey
     loader.close()
     assert len(seen) == 89 and len(set(seen)) == 89
     assert len(loader.skipped) == 1 and bad.name in loader.skipped[0].path
+
+
+def test_slices_and_joins_of_a_batch_decode_as_the_whole():
+    """The wds backend re-batches workers' chunks: any cut and re-join of an EncodedBatch
+    decodes to the same pixels as the batch it came from."""
+    samples = [_jpeg(i, 50 + 9 * i, 60) if i % 3 else _png(i) for i in range(12)]
+    batch, (whole, _, _) = _gpu_decoded(samples, train=True, seed=1)
+    decode = GpuJpegDecoder(CpuDecoder(32, True), CPU)
+    for cuts in ([0, 12], [0, 5, 12], [0, 1, 2, 7, 11, 12], [0, 3, 3, 12]):
+        parts = [batch[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]
+        assert [len(p) for p in parts] == np.diff(cuts).tolist()
+        joined, failed, _ = decode(type(batch).cat(parts))
+        assert failed == [] and torch.equal(joined, whole)
+    assert len(batch[4:4]) == 0
+
+
+def test_the_wds_loader_with_workers_sending_bytes(tmp_path, monkeypatch):
+    """The wds loader in decode="gpu" mode, its decode on the CPU: chunks re-batched as bytes,
+    each sample once with its label, and a resumed epoch yields the uninterrupted batches."""
+    import loaders.wds_backend
+    from loaders import build_loader
+
+    shards = make_tiny(tmp_path, n=90, per_shard=15)["shards"]
+    monkeypatch.setattr(loaders.wds_backend, "decode_where", lambda *a: "gpu")
+    kw = dict(image_size=32, workers=2, return_keys=True, seed=3)
+    loader = build_loader(shards, "wds", 16, **kw)
+    assert loader.decode == "gpu" and loader.slots is None
+    loader.set_epoch(1)
+    batches = []
+    for images, labels, keys in loader:
+        assert label_mismatches(images, labels) == 0 and len(images) == len(keys)
+        batches.append((keys.clone(), images.clone()))
+        if len(batches) == 2:
+            state = loader.state_dict()
+    loader.close()
+    assert sorted(k for b, _ in batches for k in b.tolist()) == list(range(90))
+    resumed = build_loader(shards, "wds", 16, **kw)
+    resumed.load_state_dict(state)
+    rest = [(k.clone(), im.clone()) for im, _, k in resumed]
+    resumed.close()
+    assert len(rest) == len(batches) - 2
+    for (k, im), (k2, im2) in zip(batches[2:], rest, strict=True):
+        assert torch.equal(k, k2) and torch.equal(im, im2)

@@ -268,17 +268,21 @@ def test_slots_are_page_locked_and_give_the_plain_batches(tiny_gpu, backend, kin
         assert label_mismatches(a, la) == 0
 
 
-def test_nvjpeg_batches_match_the_cpu_decode(tiny_gpu):
-    """The torch loader's decode="gpu" (nvJPEG) against its CPU decode: the same crops and
-    flips, the same samples and labels in the same order."""
+@pytest.mark.parametrize(("backend", "kind"), [("torch", "tree"), ("wds", "shards")])
+def test_nvjpeg_batches_match_the_cpu_decode(tiny_gpu, backend, kind):
+    """decode="gpu" (nvJPEG) against the same loader's CPU decode: the same crops and flips,
+    the same samples and labels in the same order."""
     from loaders import build_loader
 
-    tiny_tree = tiny_gpu["tree"]
     kw = dict(image_size=32, workers=2, return_keys=True, seed=5)
-    gpu = build_loader(tiny_tree, "torch", 32, device="cuda", decode="gpu", **kw)
-    cpu = build_loader(tiny_tree, "torch", 32, device="cuda", decode="cpu", **kw)
+    gpu = build_loader(tiny_gpu[kind], backend, 32, device="cuda", decode="gpu", **kw)
+    cpu = build_loader(tiny_gpu[kind], backend, 32, device="cuda", decode="cpu", **kw)
+    assert gpu.decode == "gpu" and cpu.decode == "cpu"
+    batches = 0
     for (a, la, ka), (b, lb, kb) in zip(gpu, cpu, strict=True):
         assert a.is_cuda and torch.equal(ka, kb) and torch.equal(la.cpu(), lb.cpu())
         assert (a - b).abs().mean() < 0.1  # normalised units: the same crops and flips
+        batches += 1
+    assert batches == len(gpu)
     gpu.close()
     cpu.close()

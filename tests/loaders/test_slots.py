@@ -175,7 +175,7 @@ class _CopiesLikeAGpu:
     """DevicePrefetcher's CPU path with a GPU's slot semantics: a whole batch stays a view of
     its slot until it is "copied" (here: normalised), then is reported as copied."""
 
-    def __init__(self, batches, device, normalize, slots=None) -> None:
+    def __init__(self, batches, device, normalize, slots=None, decode=None) -> None:
         self.batches, self.normalize, self.slots = batches, normalize, slots
 
     def __iter__(self):
