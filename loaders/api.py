@@ -127,10 +127,10 @@ def check_options(backend: str, options: dict) -> None:
 AUTO = "auto"
 # Cores per rank from which ``backend="auto"`` decodes on the CPU, sized from the measured
 # rates: ResNet-50 on an H200 asks ~4,500 img/s at 256 per GPU, a core decodes and crops ~270
-# JPEGs/s (simplejpeg), 2 cores stay the training process's (``reserve_cores``): 17 + 2 = 19
-# busy, 24 with room for the workers' stalls. With 16, torch and wds ran 14-15 cores busy and
-# delivered ~0.84 of the ceiling sustained, DALI 0.97 (BENCHMARKS.md: "verify's head start at
-# 256 per GPU"); at 64 per GPU DALI decodes on the CPU itself (``decode="auto"``).
+# JPEGs/s (simplejpeg), 2 cores stay the training process's (``reserve_cores``). With 16, torch
+# reached 0.97-0.99 of the ceiling with 14-15 cores busy, wds 0.98 twice and 0.85 once (stalls),
+# DALI 0.97 (BENCHMARKS.md, run 14): 24 leaves room for the workers' stalls. At 64 per GPU DALI
+# decodes on the CPU itself (``decode="auto"``).
 AUTO_CPU_CORES = 24
 
 

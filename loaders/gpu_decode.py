@@ -27,32 +27,25 @@ import torch
 
 from loaders.decode import CpuDecoder, DecodeError, _is_jpeg
 
-# decode="auto" (the torch backend) decodes on the GPU for batches larger than the DALI backend's
-# SMALL_BATCH, with fewer than AUTO_CPU_CORES cores per rank (loaders.api): there a CPU decode
-# cannot keep up (ResNet-50 at 256 per H200 on 16 cores: ~0.84), and at or below SMALL_BATCH
-# the step is short, bound by the host thread that launches it, and a CPU decode keeps up.
+# decode="auto" (torch, wds) decodes on the CPU. On one H200 with 16 cores, ResNet-50 at 256 per
+# GPU: the CPU decode 0.97-0.99 of the ceiling (torch, 4 runs), nvJPEG here 0.70: torchvision's
+# batched decode holds the calling (training) thread ~18 ms a batch of 256, the crops ~7 ms more
+# (BENCHMARKS.md, "One H200, 2026-12-05 (run 14)"). decode="gpu" is for hosts with far fewer
+# cores per GPU than that (not measured there).
 # nvJPEG takes these (YCbCr and grey JPEGs, turned into RGB); the rest go to the CPU
 GPU_COLORSPACES = ("YCbCr", "Gray", "RGB")
 # A group's padded canvas holds at most this many times its images' own pixels
 GROUP_WASTE = 2.0
 
 
-def decode_where(decode: str, device: torch.device, batch_size: int, local_world: int) -> str:
-    """Where the torch backend decodes: "gpu" or "cpu"; decode="gpu" without CUDA is refused."""
-    from loaders.api import AUTO_CPU_CORES
-    from loaders.dali_backend import SMALL_BATCH
-    from loaders.dist import default_workers
-
+def decode_where(decode: str, device: torch.device) -> str:
+    """Where the torch and wds backends decode: "gpu" only when asked; "gpu" without CUDA is
+    refused."""
     if decode not in ("auto", "gpu", "cpu"):
         raise ValueError(f"decode takes auto, gpu or cpu, not {decode!r}")
-    if device.type != "cuda":
-        if decode == "gpu":
-            raise ValueError("decode='gpu' needs a CUDA device")
-        return "cpu"
-    if decode != "auto":
-        return decode
-    few_cores = default_workers(local_world) < AUTO_CPU_CORES
-    return "gpu" if few_cores and batch_size > SMALL_BATCH else "cpu"
+    if decode == "gpu" and device.type != "cuda":
+        raise ValueError("decode='gpu' needs a CUDA device")
+    return "gpu" if decode == "gpu" else "cpu"
 
 
 @dataclass

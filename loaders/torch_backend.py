@@ -382,7 +382,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self._loader_cpus = loader_cores(reserve_cores, info.local_rank, info.local_world_size)
         self.output = batch_output(self, batch_transform, normalize)
         self.workers = workers
-        self.decode = decode_where(decode, self.device, batch_size, info.local_world_size)
+        self.decode = decode_where(decode, self.device)
         on_gpu = self.decode == "gpu"
         pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
         self.slots = None if on_gpu else self._batch_slots(slots, workers, prefetch, pin)

@@ -437,7 +437,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
                 self.samples_per_rank = max(int(per_shard[r::w].sum()) for r in range(w))
         self.shuffle_buffer = shuffle_buffer
         self.workers = workers
-        self.decode = decode_where(decode, self.device, batch_size, info.local_world_size)
+        self.decode = decode_where(decode, self.device)
         on_gpu = self.decode == "gpu"
         pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
         self.pin = pin

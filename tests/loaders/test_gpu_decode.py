@@ -125,20 +125,13 @@ def test_every_image_in_one_group_and_each_canvas_within_the_waste(sizes):
         assert len(g) == 1 or canvas <= 2.0 * (heights[g] * widths[g]).sum()
 
 
-def test_auto_decodes_on_the_gpu_only_for_large_batches_on_few_cores(monkeypatch):
-    import loaders.dist
-
+def test_auto_decodes_on_the_cpu_and_gpu_needs_cuda():
     gpu = torch.device("cuda", 0)
-    monkeypatch.setattr(loaders.dist, "default_workers", lambda local_world: 16 // local_world)
-    assert decode_where("auto", gpu, 256, 1) == "gpu"
-    assert decode_where("auto", gpu, 64, 1) == "cpu"  # a short step, bound by the host
-    assert decode_where("auto", CPU, 256, 1) == "cpu"
-    assert decode_where("cpu", gpu, 256, 1) == "cpu"
-    assert decode_where("gpu", gpu, 32, 1) == "gpu"
-    monkeypatch.setattr(loaders.dist, "default_workers", lambda local_world: 32)
-    assert decode_where("auto", gpu, 256, 1) == "cpu"  # the cores keep up
+    assert decode_where("auto", gpu) == "cpu"  # measured faster at 256 on 16 cores (run 14)
+    assert decode_where("gpu", gpu) == "gpu"
+    assert decode_where("auto", CPU) == "cpu"
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        decode_where("gpu", CPU, 256, 1)
+        decode_where("gpu", CPU)
 
 
 @pytest.fixture(scope="module")
