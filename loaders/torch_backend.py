@@ -162,37 +162,32 @@ class ImageDataset(SourceInfo, Dataset):
         else:
             slot, images = None, _new_uint8((len(indices), size, size, 3), self.pin)
         out = images.numpy()
-        keep: list[int] = []
-        skipped: list[Skipped] = []
-        for i in indices:
-            i = int(i)
-            try:
-                data = self._read(i)
-                self.decoder.decode_into(data, out[len(keep)], rng)
-            except OSError as e:
-                skipped.append(Skipped(self.index.describe(i), remote.reason(e)))
-                continue
-            except DecodeError as e:
-                skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
-                continue
-            keep.append(i)
+        keep, skipped = self._each(
+            indices, lambda data, n: self.decoder.decode_into(data, out[n], rng)
+        )
         if slot is not None:  # the slot's number and small arrays (pickled, no shared memory)
             labels[: len(keep)] = torch.from_numpy(self.index.labels[keep].astype(np.int64))
             return SlotBatch(slot, len(keep), np.asarray(keep, dtype=np.int64), skipped)
-        keys = torch.tensor(keep, dtype=torch.int64)
-        labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
-        return images[: len(keep)], labels, keys, skipped
+        return (images[: len(keep)], *self._labels_keys(keep), skipped)
 
     def _encoded(self, indices, rng):
         """decode="gpu": the batch's bytes and crops (:class:`EncodedBatch`) for the GPU."""
         if self._maker is None:
             self._maker = EncodedBatchMaker(self.decoder)
+        maker = self._maker
+        keep, skipped = self._each(indices, lambda data, n: maker.add(data, rng))
+        encoded = maker.batch(lambda shape: _new_uint8(shape, False))
+        return (encoded, *self._labels_keys(keep), skipped)
+
+    def _each(self, indices, put) -> tuple[list[int], list[Skipped]]:
+        """Read each sample and ``put(data, n)`` it (n: the samples kept so far); what cannot
+        be read or decoded is skipped and said why. (kept indices, skipped)"""
         keep: list[int] = []
         skipped: list[Skipped] = []
         for i in indices:
             i = int(i)
             try:
-                self._maker.add(self._read(i), rng)
+                put(self._read(i), len(keep))
             except OSError as e:
                 skipped.append(Skipped(self.index.describe(i), remote.reason(e)))
                 continue
@@ -200,10 +195,12 @@ class ImageDataset(SourceInfo, Dataset):
                 skipped.append(Skipped(self.index.describe(i), str(e) or type(e).__name__))
                 continue
             keep.append(i)
-        encoded = self._maker.batch(lambda shape: _new_uint8(shape, False))
+        return keep, skipped
+
+    def _labels_keys(self, keep: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         keys = torch.tensor(keep, dtype=torch.int64)
         labels = torch.from_numpy(self.index.labels[keep]) if keep else keys.clone()
-        return encoded, labels, keys, skipped
+        return labels, keys
 
 
 def worker_options(workers: int, prefetch: int, multiprocessing_context, nice: int) -> dict:
