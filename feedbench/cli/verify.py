@@ -89,6 +89,15 @@ CeilingTwice = Annotated[
         show_default=False,
     ),
 ]
+Interleave = Annotated[
+    int,
+    typer.Option(
+        help="After each loader's window, alternate blocks of this many steps on the loader and "
+        "on a batch made on the GPU, as many loader steps as the window: its fraction of the "
+        "ceiling and its slowdown paired block by block in one process, with 95% intervals, "
+        "which the host's drift between runs cannot blur (0: off; 20–50 at a small batch).",
+    ),
+]
 RunTimeout = Annotated[float, typer.Option(help="Stop a run after this many seconds.")]
 KeepGoing = Annotated[
     bool, typer.Option(help="After a failed run, go on with the others (and fail at the end).")
@@ -123,6 +132,7 @@ def verify(
     device: Device = "auto",
     synthetic: Synthetic = True,
     ceiling_twice: CeilingTwice = None,
+    interleave: Interleave = 0,
     target_au: o.GpuTargetAu = 0.9,
     seed: o.Seed = 0,
     run_timeout: RunTimeout = 1800.0,
@@ -154,6 +164,7 @@ def verify_config(options: dict) -> VerifyConfig:
         loaders=parse_loaders(loader) if loader is not None else None,
         synthetic=options["synthetic"],
         ceiling_twice=options["ceiling_twice"],
+        interleave=options["interleave"],
         model=options["model"],
         steps=options["steps"],
         warmup=options["warmup"],

@@ -41,7 +41,7 @@ class Prediction:
     measured_wait: float  # Σ data wait / Σ step, mean over ranks
     measured_wait_max: float | None  # the worst rank
     verify_compute_step_s: float | None  # verify's step less its data wait
-    ceiling_fraction: float | None
+    ceiling_fraction: float | None  # paired in one process where verify ran --interleave
     same_data: bool
     # |AU − fraction of the ceiling| where verify ran its synthetic ceiling (the step a loader
     # slows counts there as in the AU of --emulate gpu), else |predicted − measured| data wait;
@@ -51,7 +51,7 @@ class Prediction:
     not_judged: str | None = None
     # ± points verify's fraction of its ceiling is resolved to: half the change of its synthetic
     # ceiling between its runs before and after the loaders (the host's drift; 0: one run, or
-    # no ceiling compared)
+    # no ceiling compared), or with --interleave half its paired fraction's 95% interval
     resolution_points: float = 0.0
     # ± points the scan's AU is resolved to: half the range of its repeats' AUs at this point
     # (0: one repeat)
@@ -59,6 +59,7 @@ class Prediction:
     # points verify's fraction may overstate the loader: its window still drained a queue filled
     # before it (in a slow step), down to its last quarter's pace (``VerifyRun.drain``; 0: none)
     verify_drain_points: float = 0.0
+    paired: bool = False  # verify's fraction is paired in one process (``--interleave``)
 
     @property
     def agrees(self) -> bool | None:
@@ -156,19 +157,29 @@ def _pair(s_label, scan, point, v_label, ver, run) -> Prediction:
         measured_wait=run.data_wait_fraction,
         measured_wait_max=run.data_wait_fraction_max,
         verify_compute_step_s=compute,
-        ceiling_fraction=run.ceiling_fraction,
+        ceiling_fraction=_fraction(run),
         same_data=_same_data(scan, run),
         difference_points=_difference(point.au_mean, run),
         not_judged=_short(scan, point),
         resolution_points=_resolution(ver, run),
         scan_resolution_points=_scan_resolution(scan, point),
         verify_drain_points=_drain_points(run),
+        paired=run.paired is not None,
     )
+
+
+def _fraction(run) -> float | None:
+    """verify's fraction of its ceiling: paired block by block in one process where it ran
+    ``--interleave`` (the host's drift between runs left out), else against its ceiling run."""
+    return run.paired.ceiling_fraction if run.paired is not None else run.ceiling_fraction
 
 
 def _resolution(ver, run) -> float:
     """± points of ``run``'s fraction of the ceiling: half its synthetic run's drift (verify's
     ``--ceiling-twice``), where the difference is taken against that fraction."""
+    if run.paired is not None:
+        lo, hi = run.paired.ceiling_fraction_lo, run.paired.ceiling_fraction_hi
+        return (hi - lo) / 2 * 100 if lo is not None and hi is not None else 0.0
     if run.ceiling_fraction is None:
         return 0.0
     drift = next(
@@ -203,8 +214,9 @@ def _drain_points(run) -> float:
 def _difference(au: float, run) -> float:
     """Points between the scan's AU and verify's fraction of its synthetic ceiling, the whole
     loss a loader causes (waiting, and a step it slows); without a ceiling, the data waits."""
-    if run.ceiling_fraction is not None:
-        return abs(au - min(run.ceiling_fraction, 1.0)) * 100
+    fraction = _fraction(run)
+    if fraction is not None:
+        return abs(au - min(fraction, 1.0)) * 100
     return abs((1.0 - au) - run.data_wait_fraction) * 100
 
 
@@ -245,7 +257,10 @@ def sentence(p: Prediction) -> str:
             f" (emulated step {p.scan_step_s * 1e3:.1f} ms, verify's compute step "
             f"{p.verify_compute_step_s * 1e3:.1f} ms)"
         )
-    ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling" if p.ceiling_fraction else ""
+    ceiling = ""
+    if p.ceiling_fraction:
+        paired = " (paired in one process)" if p.paired else ""
+        ceiling = f", {p.ceiling_fraction:.2f} of the synthetic ceiling{paired}"
     spread = f" ± {p.scan_resolution_points / 100:.3f}" if p.scan_resolution_points else ""
     data = "" if p.same_data else "; not the same data path"
     verdict = f"not judged: {p.not_judged}" if p.not_judged else _verdict_text(p)
@@ -262,7 +277,9 @@ def _verdict_text(p: Prediction) -> str:
     if not p.unresolved:
         return f"{p.verdict}: {apart}"
     why = []
-    if p.resolution_points:
+    if p.resolution_points and p.paired:
+        why.append(f"verify's paired fraction is known to ±{p.resolution_points:.0f} points (95%)")
+    elif p.resolution_points:
         why.append(
             "verify's ceiling moved between its runs before and after the loaders: fractions "
             f"of it ±{p.resolution_points:.0f} points"

@@ -4,7 +4,7 @@ fraction of the synthetic ceiling, verdicts per loader and the summary."""
 from __future__ import annotations
 
 from dataclasses import replace
-from statistics import fmean, median
+from statistics import fmean, median, stdev
 
 from feedbench.core.stats import percentiles
 from feedbench.verify.results import (
@@ -13,6 +13,7 @@ from feedbench.verify.results import (
     Breakdown,
     Drain,
     LoaderVerdict,
+    Paired,
     StepSeries,
     VerifyResult,
     VerifyRun,
@@ -103,6 +104,7 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
                 r.ceiling_fraction = r.images_per_s / c
             slowdown(r, steps.get(r.gpus) if loader != SYNTHETIC else None)
             r.drain = drain(r) if loader != SYNTHETIC else None
+            r.paired = paired(r) if loader != SYNTHETIC else None
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
                        for loader in loaders_in(result)]  # fmt: skip
@@ -112,6 +114,9 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             continue
         step, ceil = steps.get(last[0].gpus), synthetic.get(last[0].gpus)
         said = slowdown_text(last[0], step.step_s) if step and v.loader != SYNTHETIC else None
+        if last[0].paired is not None:  # the same question, answered without the host's drift
+            said = paired_text(last[0].paired)
+            v.slowdown_s = last[0].paired.slowdown_s
         if said:
             v.text += "; " + said
         cores = cores_text(last[0], result.host.cpu_count) if v.loader != SYNTHETIC else None
@@ -242,6 +247,82 @@ def slowdown_text(run: VerifyRun, ceiling_step_s: float) -> str | None:
         f"the loader slows training by {extra * 1e3:.1f} ms per step ({', '.join(shown)} ms "
         f"over the synthetic ceiling's {ceiling_step_s * 1e3:.1f} ms step), more than it waits "
         f"for data ({run.breakdown.data_wait_s * 1e3:.1f} ms)"
+    )
+
+
+def paired(run: VerifyRun) -> Paired | None:
+    """The loader against the synthetic batch block by block in one process (``--interleave``;
+    :class:`~feedbench.verify.results.Paired`); None without a complete loader block between
+    two complete synthetic ones."""
+    ranks = [r for r in run.ranks if r.paired]
+    if not ranks or run.breakdown is None:
+        return None
+    size = max(len(b.step_s) for r in ranks for b in r.paired)
+    complete = min(_complete(r.paired, size) for r in ranks)  # blocks every rank finished
+    if size < 2 or complete < 3:
+        return None
+
+    def per_step(i: int, name: str) -> float:  # block i's second half, per step, over ranks
+        return fmean(fmean(getattr(r.paired[i], name)[size // 2 :]) for r in ranks)
+
+    sources = [ranks[0].paired[i].source for i in range(complete)]
+    wait = run.breakdown.data_wait_s  # the window's: a block starts with a queue filled before
+    ceilings, slow, frac = [], [], []
+    for i in range(1, complete - 1):
+        if sources[i - 1 : i + 2] != ["synthetic", "loader", "synthetic"]:
+            continue
+        ceiling = (per_step(i - 1, "step_s") + per_step(i + 1, "step_s")) / 2
+        work = per_step(i, "step_s") - per_step(i, "data_wait_s")
+        ceilings.append(ceiling)
+        slow.append(work - ceiling)
+        frac.append(ceiling / (work + wait))
+    if not slow:
+        return None
+    s_lo, s_hi = _interval(slow)
+    f_lo, f_hi = _interval(frac)
+    return Paired(
+        block_steps=size, pairs=len(slow), ceiling_step_s=fmean(ceilings),
+        slowdown_s=fmean(slow), slowdown_lo_s=s_lo, slowdown_hi_s=s_hi,
+        ceiling_fraction=fmean(frac), ceiling_fraction_lo=f_lo, ceiling_fraction_hi=f_hi,
+    )  # fmt: skip
+
+
+def _complete(blocks: list, size: int) -> int:
+    """How many of ``blocks`` from the first are complete (``size`` steps)."""
+    n = 0
+    while n < len(blocks) and len(blocks[n].step_s) == size:
+        n += 1
+    return n
+
+
+def _interval(values: list[float]) -> tuple[float | None, float | None]:
+    """The 95% t-interval of the mean of ``values`` (None, None: fewer than two)."""
+    if len(values) < 2:
+        return None, None
+    from scipy.stats import t
+
+    half = t.ppf(0.975, len(values) - 1) * stdev(values) / len(values) ** 0.5
+    return fmean(values) - half, fmean(values) + half
+
+
+def paired_text(p: Paired) -> str:
+    """What the paired blocks say: the loader's fraction of the ceiling and its slowdown."""
+
+    def span(lo: float | None, hi: float | None, scale: float, fmt: str) -> str:
+        if lo is None or hi is None:
+            return ""
+        return f" (95% CI {lo * scale:{fmt}} to {hi * scale:{fmt}})"
+
+    fraction = span(p.ceiling_fraction_lo, p.ceiling_fraction_hi, 1, ".2f")
+    slower = span(p.slowdown_lo_s, p.slowdown_hi_s, 1e3, ".1f")
+    if p.slowdown_lo_s is not None and p.slowdown_lo_s > 0:  # longer, beyond the interval
+        step = f"the loader slows training by {p.slowdown_s * 1e3:.1f} ms per step{slower}"
+    else:
+        step = f"the loader's step {p.slowdown_s * 1e3:+.1f} ms{slower}"
+    return (
+        f"paired with the synthetic batch in one process ({p.pairs} blocks of {p.block_steps} "
+        f"steps each way): {p.ceiling_fraction:.2f} of the ceiling{fraction}, {step} against "
+        f"the synthetic step's {p.ceiling_step_s * 1e3:.1f} ms"
     )
 
 

@@ -47,6 +47,9 @@ class VerifyConfig:
     # the synthetic ceiling run again after the loaders at each count, its drift said (None:
     # on a GPU, where a small batch's launch-bound step follows the host's speed: issue 29)
     ceiling_twice: bool | None = None
+    # after each loader's window, blocks of this many steps on the loader and on a synthetic
+    # batch in turn, paired in one process (0: off; VerifyRun.paired)
+    interleave: int = 0
     model: str | None = None  # None: resnet50 on GPU, smallcnn on CPU
     steps: int | None = None
     warmup: int | None = None

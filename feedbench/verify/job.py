@@ -18,7 +18,7 @@ from feedbench.core.envelope import from_dict
 from feedbench.core.supervise import JOB_TAG, alive, reap, stop, stop_signals_deferred
 from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.loaders import batches_per_epoch
-from feedbench.verify.results import StepSeries, units
+from feedbench.verify.results import SYNTHETIC, StepSeries, units
 
 WORKER_MODULE = "feedbench.verify.worker"  # what torchrun runs as each rank
 RANK_DEATH_GRACE_S = 10.0  # a rank has died: torchrun's time to notice before we stop the job
@@ -68,6 +68,8 @@ def worker_command(
         cmd += ["--compile", config.compile]
     if config.sync_each_step:
         cmd += ["--sync-each-step"]
+    if config.interleave and loader != SYNTHETIC:
+        cmd += ["--interleave", str(config.interleave)]
     return cmd
 
 

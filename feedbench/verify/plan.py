@@ -166,6 +166,10 @@ def check_options(config: VerifyConfig, s: Settings) -> dict[str, Any]:
         )
     if config.stream_priority != "normal" and s.device != "cuda":
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
+    if config.interleave < 0:
+        raise FeedbenchError(
+            f"--interleave takes steps per block, 0 for none, not {config.interleave}"
+        )
     if config.sync_each_step and s.device != "cuda":
         raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
     ddp_options = parse_ddp_options(config.ddp_options)

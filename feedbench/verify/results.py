@@ -65,6 +65,17 @@ TIMING = {
 
 
 @dataclass
+class PairedBlock:
+    """A block of consecutive steps of the paired phase (``--interleave``): on the loader's
+    batches or on a batch made on the device once (``synthetic``); per step, seconds."""
+
+    source: str  # "loader" / "synthetic"
+    images: int = 0
+    step_s: list[float] = field(default_factory=list)
+    data_wait_s: list[float] = field(default_factory=list)
+
+
+@dataclass
 class StepSeries:
     """One rank's measured steps, column by column (seconds; see :data:`TIMING`)."""
 
@@ -96,7 +107,34 @@ class StepSeries:
     labels_synthesised: bool = False  # the user's loader yields images alone: labels made up
     image_height: int | None = None  # of the user's loader's first images
     image_width: int | None = None
+    # after the window, with --interleave: blocks on the loader and on a synthetic batch in turn
+    paired: list[PairedBlock] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass
+class Paired:
+    """The loader's step against the synthetic step in the same process, block by block
+    (``--interleave``): the host's speed drifts by more than a small batch's loss between runs
+    a minute apart (BENCHMARKS.md, runs 11–13), and blocks of a few seconds in turn pair each
+    loader block with the synthetic blocks either side of it. Only each block's second half
+    counts: a worker's batch takes many steps to make, so the loader's work goes on into the
+    synthetic block after a loader block and starts late in the next one. Per pair:
+    ``slowdown`` = the loader block's work per step (its step less its data wait) − its
+    neighbours' synthetic step; ``fraction`` = that synthetic step ÷ (the loader block's work +
+    the window's data wait per step): the wait comes from the window because a block starts with
+    whatever the loader queued during the synthetic block before it. Means over the pairs, 95%
+    t-intervals."""
+
+    block_steps: int
+    pairs: int
+    ceiling_step_s: float  # the synthetic blocks' mean step
+    slowdown_s: float
+    slowdown_lo_s: float | None  # None: one pair, no interval
+    slowdown_hi_s: float | None
+    ceiling_fraction: float
+    ceiling_fraction_lo: float | None
+    ceiling_fraction_hi: float | None
 
 
 @dataclass
@@ -167,6 +205,7 @@ class VerifyRun:
     slowdown_s: float | None = None
     slowdown_parts_s: dict[str, float] | None = None
     drain: Drain | None = None  # the window still drained a queue filled before it (None: no)
+    paired: Paired | None = None  # with --interleave: the loader against synthetic, in-process
     gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
     gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs
     gpu_sm_clock_mhz_min: float | None = None  # NVML, the run's GPUs, measured window

@@ -188,10 +188,40 @@ def test_the_resolution_is_half_the_drift_of_the_synthetic_run_at_that_count():
     ver = NS(runs=[NS(loader="synthetic", gpus=1, ceiling_drift=-0.14),
                    NS(loader="synthetic", gpus=2, ceiling_drift=0.02),
                    NS(loader="torch", gpus=1, ceiling_drift=None)])  # fmt: skip
-    assert _resolution(ver, NS(gpus=1, ceiling_fraction=0.8)) == pytest.approx(7.0)
-    assert _resolution(ver, NS(gpus=2, ceiling_fraction=0.9)) == pytest.approx(1.0)
-    assert _resolution(ver, NS(gpus=4, ceiling_fraction=0.9)) == 0.0  # no ceiling run there
-    assert _resolution(ver, NS(gpus=1, ceiling_fraction=None)) == 0.0  # waits compared instead
+
+    def run(gpus, fraction):
+        return NS(gpus=gpus, ceiling_fraction=fraction, paired=None)
+
+    assert _resolution(ver, run(1, 0.8)) == pytest.approx(7.0)
+    assert _resolution(ver, run(2, 0.9)) == pytest.approx(1.0)
+    assert _resolution(ver, run(4, 0.9)) == 0.0  # no ceiling run there
+    assert _resolution(ver, run(1, None)) == 0.0  # waits compared instead
+
+
+def test_a_paired_verify_is_judged_by_its_paired_fraction_and_interval():
+    """verify --interleave: its fraction paired in one process replaces the one against its
+    ceiling run, and half its 95% interval replaces half the ceiling's drift."""
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _difference, _fraction, _resolution, sentence
+    from feedbench.verify.results import Paired
+
+    ver = NS(runs=[NS(loader="synthetic", gpus=1, ceiling_drift=-0.14)])
+    paired = Paired(block_steps=40, pairs=8, ceiling_step_s=0.02, slowdown_s=0.001,
+                    slowdown_lo_s=0.0005, slowdown_hi_s=0.0015, ceiling_fraction=0.93,
+                    ceiling_fraction_lo=0.91, ceiling_fraction_hi=0.95)  # fmt: skip
+    run = NS(gpus=1, ceiling_fraction=0.80, paired=paired, data_wait_fraction=0.02)
+    assert _fraction(run) == 0.93
+    assert _resolution(ver, run) == pytest.approx(2.0)  # not the ceiling's ±7
+    assert _difference(0.90, run) == pytest.approx(3.0)  # against 0.93, not 0.80
+    one = NS(gpus=1, ceiling_fraction=0.8, data_wait_fraction=0.02,
+             paired=Paired(40, 1, 0.02, 0.001, None, None, 0.93, None, None))  # fmt: skip
+    assert _resolution(ver, one) == 0.0  # one pair: no interval to widen it by
+    p = _prediction(6.0, 2.0)  # 1 point past the bar, within the interval's ±2
+    p.paired = True
+    line = sentence(p)
+    assert "(paired in one process)" in line
+    assert "verify's paired fraction is known to ±2 points (95%)" in line
 
 
 @pytest.mark.parametrize(

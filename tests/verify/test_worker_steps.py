@@ -288,7 +288,8 @@ def test_schema_holds_every_part():
     assert schema_gaps() == []
     assert schema_gaps((*PARTS, "io_s")) == ["StepSeries.io_s", "Breakdown.io_s"]
     lists = [f.name for f in fields(StepSeries) if str(f.type).startswith("list[")]
-    assert lists == [*COLUMNS, "warmup_step_s"]  # the per-step columns, in file order
+    # the per-step columns, in file order, then the warm-up's steps and the paired blocks
+    assert lists == [*COLUMNS, "warmup_step_s", "paired"]
     m = Marks(0, 0, 4, 0.0, 0.0, 0.001, 0.002, 0.003, 0.004, [])
     assert list(read_marks(m, HostClock()).parts) == list(PARTS)
     assert list(PART_LABELS) == list(PARTS)

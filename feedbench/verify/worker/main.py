@@ -39,7 +39,7 @@ from feedbench.core.supervise import Terminated, exit_on_sigterm, leave_without_
 from feedbench.scan.factory import run_exit_handlers
 from feedbench.verify.config import COMPILE_MODES, CPU_AFFINITIES, STREAM_PRIORITIES
 from feedbench.verify.loaders import LIBRARY, VerifyLoader, is_user, make_loader
-from feedbench.verify.results import StepSeries
+from feedbench.verify.results import SYNTHETIC, PairedBlock, StepSeries
 from feedbench.verify.worker.models import build_model
 from feedbench.verify.worker.timing import (
     CommTimer,
@@ -83,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--compile", choices=COMPILE_MODES, default="off", help="torch.compile mode")
     p.add_argument("--cpu-affinity", choices=CPU_AFFINITIES, default="inherit")
     p.add_argument("--sync-each-step", action="store_true", help=argparse.SUPPRESS)
+    # after the window: blocks of this many steps on the loader and on a synthetic batch in turn
+    p.add_argument("--interleave", type=int, default=0)
     # diagnostic: a CUDA kernel trace of this many measured steps (after 10), to trace-rankR.json.gz
     p.add_argument("--trace-steps", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--out-dir", required=True)
@@ -315,6 +317,21 @@ class Epochs:
                 self.epoch += 1
 
 
+class Repeat:
+    """One batch without end, as the synthetic loader gives it (the paired phase's blocks)."""
+
+    epoch = 0
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        self.batch = (images, labels)
+
+    def __iter__(self) -> Repeat:
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batch
+
+
 class TimedLoop:
     """``warmup + steps`` training steps, each timed (:data:`feedbench.verify.results.TIMING`)
     into ``series``: a step's marks are read ``clock.lag`` steps later (the host runs ahead of
@@ -341,6 +358,8 @@ class TimedLoop:
         for step in range(self.args.warmup + self.args.steps):
             self.step(step)
         self.finish()
+        if self.args.interleave > 0 and self.args.loader != SYNTHETIC:
+            self.paired(self.args.interleave)
 
     def step(self, step: int) -> None:
         """Train step number ``step`` (counted from the first warm-up step) and file its marks."""
@@ -362,12 +381,9 @@ class TimedLoop:
         then drains that queue instead of measuring the loader's rate: run 13's torch loader read
         0% data wait at 256 for 70 steps while it made fewer images a second than the step
         takes. Started after this, a loader slower than the step cannot get ahead of it."""
-        args, t, device = self.args, self.training, self.rank.device
+        t = self.training
         t0 = time.perf_counter()
-        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
-        if self.rank.cuda:
-            images = images.contiguous(memory_format=torch.channels_last)
-        labels = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
+        images, labels = self.made_batch()
         for _ in range(PRIME_STEPS):
             t.comm.new_step()
             with self.autocast():
@@ -378,6 +394,58 @@ class TimedLoop:
         self.clock.sync()
         self.series.primed_s = time.perf_counter() - t0
         self.prev_end = self.clock.mark()
+
+    def made_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch made on the device, in the layout the loaders deliver."""
+        args, device = self.args, self.rank.device
+        images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+        if self.rank.cuda:
+            images = images.contiguous(memory_format=torch.channels_last)
+        labels = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
+        return images, labels
+
+    def paired(self, block_steps: int) -> None:
+        """After the window: blocks of ``block_steps`` steps on a batch made on the device and
+        on the loader's batches in turn, synthetic first and last, as many loader steps as the
+        window had (at least two blocks), each block's steps timed into ``series.paired``.
+
+        The loader is not drained between blocks: its workers rest while a synthetic block runs
+        (its queue full), as a loader that keeps up rests in training, so a loader block costs
+        the step what such a loader costs it; its waits are not judged here (the window's are)."""
+        loader_batches = self.batches
+        synthetic = Repeat(*self.made_batch())
+        blocks = max(2, -(-self.args.steps // block_steps))
+        sources = ["synthetic", *["loader", "synthetic"] * blocks]
+        barrier(self.rank)
+        step = self.args.warmup + self.args.steps
+        owner: dict[int, PairedBlock] = {}
+        self.prev_end = self.clock.mark()
+        try:
+            for source in sources:
+                block = PairedBlock(source)
+                self.series.paired.append(block)
+                self.batches = loader_batches if source == "loader" else synthetic
+                for _ in range(block_steps):
+                    owner[step] = block
+                    self.pending.append(self.train(step))
+                    while len(self.pending) > self.clock.lag:
+                        self.file_paired(self.pending.popleft(), owner)
+                    step += 1
+                    if time.monotonic() - self.flushed_mono > self.flush_every_s:
+                        write_part(self.part, self.series, False)
+                        self.flushed_mono = time.monotonic()
+            self.clock.sync()
+            while self.pending:
+                self.file_paired(self.pending.popleft(), owner)
+        finally:
+            self.batches = loader_batches
+
+    def file_paired(self, m: Marks, owner: dict[int, PairedBlock]) -> None:
+        """A paired-phase step's times, added to its block's."""
+        t, block = read_marks(m, self.clock), owner.pop(m.step)
+        block.images += t.images
+        block.step_s.append(t.step_s)
+        block.data_wait_s.append(t.data_wait_s)
 
     def train(self, step: int) -> Marks:
         """One step: next batch, forward + backward (DDP's all-reduce), optimizer; its marks."""
