@@ -64,21 +64,34 @@ def test_blocks_alternate_synthetic_first_and_last(tmp_path, group):  # noqa: F8
 
 def test_a_loader_that_makes_the_step_longer_is_measured_paired(tmp_path, group):  # noqa: F811
     # batches of six times the side: each step's forward and backward do ~36x the work
-    loop, s = _loop(_args(tmp_path, warmup=1, steps=20), group, _Scripted(_inner(group), scale=6))
+    loop, s = _loop(_args(tmp_path, warmup=1, steps=24), group, _Scripted(_inner(group), scale=6))
     loop.run()
     loop.paired(4)
     run = vr.summarize_run(VerifyRun("big", 1, 4, 4, ranks=[s]))
     p = vr.paired(run)
-    assert p is not None and p.block_steps == 4 and p.pairs == 5
+    assert p is not None and p.block_steps == 4 and p.pairs == 6
     synthetic = [x for b in s.paired if b.source == "synthetic" for x in b.step_s[2:]]
     assert p.ceiling_step_s == pytest.approx(
         sum(synthetic) / len(synthetic), rel=0.35
     )  # means of block means
-    assert p.slowdown_s > 0 and p.slowdown_lo_s > 0  # longer, and known to be
-    assert p.ceiling_fraction < 1 and p.ceiling_fraction_hi < 1
+    # Unloaded, the step is ~7x the ceiling's; on two cores shared with other tests the
+    # scheduler's slices pad both, and one stalled block widens the interval past zero (CI,
+    # stop 38), so whether it clears zero is left to the given-times tests below.
+    assert p.slowdown_s > p.ceiling_step_s / 2
+    assert p.ceiling_fraction < 0.8
     text = vr.paired_text(p)
-    assert "5 blocks of 4 steps each way" in text
-    assert f"slows training by {p.slowdown_s * 1e3:.1f} ms per step" in text
+    assert "6 blocks of 4 steps each way" in text
+    assert f"{p.slowdown_s * 1e3:.1f} ms" in text
+
+
+def test_a_slowdown_beyond_its_interval_is_said_as_slowing_training():
+    ms = 1e-3
+    blocks = [_block("synthetic", [10 * ms] * 4)]
+    for w in (12, 13, 12):  # 2, 3, 2 ms longer: the interval clears zero
+        blocks += [_block("loader", [w * ms] * 4), _block("synthetic", [10 * ms] * 4)]
+    p = vr.paired(_run(blocks, 0.0))
+    assert p.slowdown_lo_s > 0
+    assert "the loader slows training by 2.3 ms per step (95% CI 0.9 to 3.8)" in vr.paired_text(p)
 
 
 def _block(source: str, steps: list[float], waits: list[float] | None = None) -> PairedBlock:
