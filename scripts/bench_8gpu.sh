@@ -44,7 +44,7 @@ verify() { # verify GPUS REPEAT...: one results file per repeat, the call's 570 
     local stem="$OUT/verify-g${gpus//,/-}-r$rep"
     timeout $((570 / $#)) python3 -m feedbench verify "$DATA" --gpus "$gpus" \
       --loader baseline,torch,dali,wds --device cuda --model resnet50 -b 256 --steps "$STEPS" \
-      --warmup 20 --keep-going --run-timeout 120 --no-plots --json "$stem.json" > "$stem.txt" 2>&1 ||
+      --warmup 20 --keep-going --run-timeout 120 --interleave 0 --no-plots --json "$stem.json" > "$stem.txt" 2>&1 ||
       echo "verify $gpus repeat $rep: exit $?"
     grep -E "ceiling|verdict|^error" "$stem.txt" | head -8 || true
   done

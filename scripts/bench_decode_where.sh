@@ -13,7 +13,8 @@ export PYTHONPATH=/tmp/site:$PWD
 D=${DATA:-/tmp/fb32k}
 [ -f "$D/feedbench-sample.json" ] || python3 -m feedbench.cli sample "$D" --images 32768 --seed 0 --per-shard 256 --jobs 16 >/dev/null
 CPU=(-o torch:decode=cpu -o wds:decode=cpu)
-V=(--gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 100 --no-plots --warmup 30)
+V=(--gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 100 --no-plots --warmup 30
+  --interleave 0)  # as recorded (run 14): no paired phase
 for r in 1 2; do
   timeout 170 python3 -m feedbench.cli verify "$D" "${V[@]}" -b 256 --steps 200 --loader torch,wds \
     "${CPU[@]}" --json "$OUT/v256-r$r.json" | grep -E "^(synthetic|torch|wds|error)"

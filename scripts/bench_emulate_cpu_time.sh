@@ -11,4 +11,4 @@ for L in torch wds; do
   F=""; [ "$L" = wds ] && F="--format shards"
   timeout 60 python3 -m feedbench.cli scan /tmp/fb8k --loader $L --consumers 1 --profile resnet50-h200 -b 64 --passes warm --repeat 2 --emulate gpu $F --no-plots --json $OUT/scan-$L.json 2>&1 | grep -E "^(emulated step|verdict)"
 done
-timeout 150 python3 -m feedbench.cli verify /tmp/fb8k --gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 100 --no-plots --warmup 20 -b 64 --steps 100 --loader torch,wds --json $OUT/verify.json 2>&1 | grep -E "^(synthetic|torch|wds):"
+timeout 150 python3 -m feedbench.cli verify /tmp/fb8k --gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 100 --no-plots --warmup 20 --interleave 0 -b 64 --steps 100 --loader torch,wds --json $OUT/verify.json 2>&1 | grep -E "^(synthetic|torch|wds):"

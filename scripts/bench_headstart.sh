@@ -18,11 +18,11 @@ python3 -m feedbench.cli sample "$DATA" --images 32768 --seed 0 --per-shard 256 
 # torchvision's nvjpeg: the GPU decode the torch and wds loaders lack, and its cost to the step
 timeout 150 python3 scripts/bench_nvjpeg.py --data "$DATA" --json "$OUT/nvjpeg.json" 2>&1 | grep -v Warn
 timeout 260 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
-  --keep-going --run-timeout 150 --no-plots --warmup 30 -b 256 --steps 200 --loader torch,wds \
+  --keep-going --run-timeout 150 --no-plots --warmup 30 --interleave 0 -b 256 --steps 200 --loader torch,wds \
   --json "$OUT/verify-b256.json" | grep -E "^(synthetic|torch|wds|error)"
 # torch decodes on the GPU at 256 on 16 cores (decode="auto"); its CPU decode beside it
 timeout 120 python3 -m feedbench.cli verify "$DATA" --gpus 1 --device cuda --model resnet50 \
-  --keep-going --run-timeout 100 --no-plots --warmup 30 -b 256 --steps 200 --loader torch \
+  --keep-going --run-timeout 100 --no-plots --warmup 30 --interleave 0 -b 256 --steps 200 --loader torch \
   --no-synthetic -o torch:decode=cpu --json "$OUT/verify-b256-torchcpu.json" | grep -E "^(torch|error)"
 # the GPU tests of nvJPEG decode and of scan's queued GPU step
 timeout 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py \

@@ -50,7 +50,7 @@ case "${1:-scan}" in
   verify)
     timeout "$VERIFY_TIMEOUT" python3 -m feedbench verify "$DATA" --gpus "$GPUS" \
       --loader baseline,torch,dali,wds --device cuda --model resnet50 -b 256 --steps "$STEPS" \
-      --warmup 20 --keep-going --run-timeout 150 --no-plots --json "$OUT/verify.json" \
+      --warmup 20 --keep-going --run-timeout 150 --interleave 0 --no-plots --json "$OUT/verify.json" \
       > "$OUT/verify.txt" 2>&1 || echo "verify: exit $?"
     tail -25 "$OUT/verify.txt" ;;
   compare)

@@ -25,7 +25,8 @@
 # DATA when made here), OUT (default $OUT, else results/), STEPS (default 150), REPEAT (verify
 # repeats; FIRST: the first repeat's number, to go on in another call), SCAN_REPEAT (default 3),
 # EMULATES (scan's --emulate modes, default "auto", plus sleep at 64), TAG (names this data's
-# results apart). Tables: scripts/verify_table.py OUT/runs/*.json.
+# results apart), INTERLEAVE (verify's paired blocks, default 25 as verify's on a GPU; runs 9-13
+# had none: 0). Tables: scripts/verify_table.py OUT/runs/*.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -53,7 +54,7 @@ if [ ! -f "$DATA/feedbench-sample.json" ]; then
   echo "sample $DATA (${IMAGES:-8192} images): $((SECONDS - t0)) s, $(du -sh "$DATA" | cut -f1)"
 fi
 COMMON=(--gpus 1 --device cuda --model resnet50 --keep-going --run-timeout 150 --no-plots
-  --warmup 30)
+  --warmup 30 --interleave "${INTERLEAVE:-25}")
 
 one() {  # one() NAME BATCH LOADER [options...]: one verify run to OUT/NAME.json
   local name=$1 batch=$2 loader=$3

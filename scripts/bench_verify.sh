@@ -44,7 +44,8 @@ nproc
 # every loader: baseline = stock DataLoader (PIL, pinned, cores/GPU − 2 workers: 30 and 14);
 # dali-example = DALI wired as in its ResNet-50 example (4 threads); torch, dali, wds = ours.
 LOADERS=baseline,dali-example,torch,dali,wds
-COMMON=(--gpus 1,2 --loader "$LOADERS" --device cuda --keep-going --run-timeout 300)
+COMMON=(--gpus 1,2 --loader "$LOADERS" --device cuda --keep-going --run-timeout 300
+  --interleave "${INTERLEAVE:-0}")  # 0: as the recorded runs (no paired phase)
 
 case "$MODE" in
   smoke)
@@ -71,7 +72,7 @@ case "$MODE" in
 high-t6-pace2|--stream-priority high --workers 6 -o dali:pace=2;\
 high-t6-nopace|--stream-priority high --workers 6 -o dali:pace=0;\
 high-t6-split|--stream-priority high --workers 6 --cpu-affinity split"}
-    TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --model resnet50
+    TUNE=(--gpus "$GPUS" --device cuda --keep-going --run-timeout 300 --interleave 0 --model resnet50
       --batch-size 256 --scaling weak --steps "$STEPS" --warmup 20 --no-plots)
     # EXTRA: options for every run of this call, the ceilings too (e.g. "--ddp-option
     # broadcast_buffers=false"), so each variant is compared with a ceiling trained the same way

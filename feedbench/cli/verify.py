@@ -90,12 +90,13 @@ CeilingTwice = Annotated[
     ),
 ]
 Interleave = Annotated[
-    int,
+    int | None,
     typer.Option(
         help="After each loader's window, alternate blocks of this many steps on the loader and "
         "on a batch made on the GPU, as many loader steps as the window: its fraction of the "
         "ceiling and its slowdown paired block by block in one process, with 95% intervals, "
-        "which the host's drift between runs cannot blur (0: off; 20–50 at a small batch).",
+        "which the host's drift between runs cannot blur (0: off; default 25 on a GPU, 0 on the "
+        "CPU).",
     ),
 ]
 RunTimeout = Annotated[float, typer.Option(help="Stop a run after this many seconds.")]
@@ -132,7 +133,7 @@ def verify(
     device: Device = "auto",
     synthetic: Synthetic = True,
     ceiling_twice: CeilingTwice = None,
-    interleave: Interleave = 0,
+    interleave: Interleave = None,
     target_au: o.GpuTargetAu = 0.9,
     seed: o.Seed = 0,
     run_timeout: RunTimeout = 1800.0,

@@ -32,10 +32,14 @@ SCALINGS = ("weak", "strong")
 
 DEVICES = ("auto", "cuda", "cpu")
 
+# interleave: on a GPU the loader is paired with the synthetic batch in one process, since the
+# host's speed drifts between runs by more than a small batch's loss (BENCHMARKS run 15); on the
+# CPU the ceiling runs beside it on the same cores and no launch-bound step drifts
 GPU_DEFAULTS = {"model": "resnet50", "image_size": 224, "batch_size": 256, "steps": 200,
-                "warmup": 20}  # fmt: skip
+                "warmup": 20, "interleave": 25}  # fmt: skip
 
-CPU_DEFAULTS = {"model": "smallcnn", "image_size": 64, "batch_size": 16, "steps": 30, "warmup": 5}
+CPU_DEFAULTS = {"model": "smallcnn", "image_size": 64, "batch_size": 16, "steps": 30, "warmup": 5,
+                "interleave": 0}  # fmt: skip
 
 
 @dataclass
@@ -48,8 +52,8 @@ class VerifyConfig:
     # on a GPU, where a small batch's launch-bound step follows the host's speed: issue 29)
     ceiling_twice: bool | None = None
     # after each loader's window, blocks of this many steps on the loader and on a synthetic
-    # batch in turn, paired in one process (0: off; VerifyRun.paired)
-    interleave: int = 0
+    # batch in turn, paired in one process (0: off; VerifyRun.paired; None: the device's default)
+    interleave: int | None = None
     model: str | None = None  # None: resnet50 on GPU, smallcnn on CPU
     steps: int | None = None
     warmup: int | None = None
@@ -94,6 +98,7 @@ class Plan:
     warnings: list[str] = field(default_factory=list)
     options: dict[str, dict] = field(default_factory=dict)  # loader → build_loader options
     ddp_options: dict[str, Any] = field(default_factory=dict)  # DistributedDataParallel's
+    interleave: int = 0  # steps a paired block (VerifyConfig.interleave, resolved)
 
     def per_gpu_batch(self, scaling: str, gpus: int) -> int:
         return self.batch_size if scaling == "weak" else self.batch_size // gpus

@@ -68,8 +68,8 @@ def worker_command(
         cmd += ["--compile", config.compile]
     if config.sync_each_step:
         cmd += ["--sync-each-step"]
-    if config.interleave and loader != SYNTHETIC:
-        cmd += ["--interleave", str(config.interleave)]
+    if p.interleave and loader != SYNTHETIC:
+        cmd += ["--interleave", str(p.interleave)]
     return cmd
 
 

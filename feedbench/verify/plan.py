@@ -115,6 +115,7 @@ class Settings:
     batch: int
     steps: int
     warmup: int
+    interleave: int
 
 
 def resolve(config: VerifyConfig) -> Settings:
@@ -141,6 +142,7 @@ def resolve(config: VerifyConfig) -> Settings:
         batch=config.batch_size or defaults["batch_size"],
         steps=config.steps if config.steps is not None else defaults["steps"],
         warmup=config.warmup if config.warmup is not None else defaults["warmup"],
+        interleave=config.interleave if config.interleave is not None else defaults["interleave"],
     )
 
 
@@ -166,10 +168,8 @@ def check_options(config: VerifyConfig, s: Settings) -> dict[str, Any]:
         )
     if config.stream_priority != "normal" and s.device != "cuda":
         raise FeedbenchError("--stream-priority is a CUDA stream setting: it needs --device cuda")
-    if config.interleave < 0:
-        raise FeedbenchError(
-            f"--interleave takes steps per block, 0 for none, not {config.interleave}"
-        )
+    if s.interleave < 0:
+        raise FeedbenchError(f"--interleave takes steps per block, 0 for none, not {s.interleave}")
     if config.sync_each_step and s.device != "cuda":
         raise FeedbenchError("--sync-each-step waits for the GPU: it needs --device cuda")
     ddp_options = parse_ddp_options(config.ddp_options)
@@ -339,6 +339,7 @@ def plan(config: VerifyConfig) -> Plan:
         warnings=warnings,
         options=options,
         ddp_options=ddp_options,
+        interleave=s.interleave,
     )
 
 
@@ -352,6 +353,7 @@ def new_result(config: VerifyConfig, p: Plan) -> VerifyResult:
         "batch_size": p.batch_size,
         "steps": p.steps,
         "warmup": p.warmup,
+        "interleave": p.interleave,
         "loaders": p.loaders,
         "options_per_loader": p.options,
         "ddp_options": p.ddp_options,

@@ -411,7 +411,8 @@ def data(dataset, tmp_path) -> Path:
 
 def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
     out = tmp_path / "res" / "v.json"
-    r = cli("verify", str(data), "-c", "1,2", "--loader", "baseline", *FAST, "--json", str(out))
+    r = cli("verify", str(data), "-c", "1,2", "--loader", "baseline", *FAST, "--interleave", "3",
+            "--json", str(out))  # fmt: skip
     assert r.code == 0, r.out + r.err
     res = verify_results.load(out)
     assert res.config["device"] == "cpu" and res.config["backend"] == "gloo"
@@ -445,6 +446,13 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
         assert run.cpu_percent_mean is not None and run.total_s > 0
         if run.loader == "synthetic":
             assert run.data_wait_fraction < 0.05  # nothing to wait for
+            assert run.paired is None and all(s.paired == [] for s in run.ranks)
+        else:  # every rank took the same paired blocks after its window (DDP steps in step)
+            blocks = [[(b.source, len(b.step_s)) for b in s.paired] for s in run.ranks]
+            assert blocks[0] == [("synthetic", 3), ("loader", 3)] * 2 + [("synthetic", 3)]
+            assert all(b == blocks[0] for b in blocks)
+            assert run.paired is not None and run.paired.pairs == 2
+    assert res.config["interleave"] == 3
     two = {x.loader: x for x in res.runs if x.gpus == 2}
     assert two["baseline"].efficiency is not None and two["baseline"].speedup is not None
     assert two["baseline"].ceiling_fraction == pytest.approx(
