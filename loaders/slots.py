@@ -91,6 +91,7 @@ class BatchSlots:
         )
         self.buffer = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(size))
         self._taken = 0  # in a worker: its batches so far (its slots are taken in turn)
+        self.last_wait_s = 0.0  # in a worker: how long its last claim waited for the slot
         self._main_state()
 
     def _main_state(self) -> None:
@@ -126,11 +127,12 @@ class BatchSlots:
         worker = info.id if info is not None else 0
         slot = worker * self.per_worker + self._taken % self.per_worker
         self._taken += 1
-        flags, deadline = self._flags, time.monotonic() + WAIT_S
+        flags, t0 = self._flags, time.monotonic()
         while flags[slot]:
-            if time.monotonic() > deadline:
+            if time.monotonic() - t0 > WAIT_S:
                 raise RuntimeError(f"batch slot {slot} not handed back within {WAIT_S:.0f} s")
             time.sleep(1e-4)
+        self.last_wait_s = time.monotonic() - t0
         images, labels = self._slot(slot)
         return slot, images, labels
 

@@ -53,6 +53,7 @@ from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
 from loaders.slots import SPARE, BatchSlots, SlotBatch, shm_free
 from loaders.slots import nbytes as slot_bytes
+from loaders.worker_clock import WorkerClock
 
 # How far below the training process's priority the workers run (``worker_nice``; 0: the same).
 WORKER_NICE = 10
@@ -113,9 +114,10 @@ class ImageDataset(SourceInfo, Dataset):
 
     def __init__(
         self, index: SampleIndex, decoder: CpuDecoder, seed: int, rank: int, pin: bool = False,
-        slots: BatchSlots | None = None, encode: bool = False,
+        slots: BatchSlots | None = None, encode: bool = False, clock: WorkerClock | None = None,
     ) -> None:  # fmt: skip
         self.index = index
+        self.clock = clock  # each worker's time making batches (loaders.worker_clock)
         self.decoder = decoder
         self.seed = seed
         self.rank = rank
@@ -152,6 +154,13 @@ class ImageDataset(SourceInfo, Dataset):
         return os.pread(fd, int(ix.size[i]), int(ix.offset[i]))
 
     def __getitems__(self, request):
+        if self.clock is None:
+            return self._make(request)
+        slots = self.slots
+        wait = (lambda: slots.last_wait_s) if slots is not None and not self.encode else None
+        return self.clock.timed(lambda: self._make(request), wait)
+
+    def _make(self, request):
         epoch, batch, indices = request
         size = self.decoder.size
         rng = np.random.default_rng([self.seed, epoch, self.rank, batch])
@@ -271,6 +280,7 @@ class WorkersAcrossEpochs:
     _ready_epoch: int | None = None  # the epoch it yields next, from that epoch's start
     _loader_cpus: set[int] | None = None  # where its workers run (loaders.affinity)
     slots: BatchSlots | None = None  # what its workers decode into (loaders.slots)
+    clock: WorkerClock | None = None  # its workers' time making batches (loaders.worker_clock)
     gpu_decoder: GpuJpegDecoder | None = None  # decode="gpu" (loaders.gpu_decode)
 
     def _epoch_items(
@@ -383,10 +393,18 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         on_gpu = self.decode == "gpu"
         pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
         self.slots = None if on_gpu else self._batch_slots(slots, workers, prefetch, pin)
+        self.clock = WorkerClock(workers) if workers > 0 else None
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
         self.dataset = ImageDataset(
-            index, self.decoder, self.seed, info.rank, pin=pin, slots=self.slots, encode=on_gpu
+            index,
+            self.decoder,
+            self.seed,
+            info.rank,
+            pin=pin,
+            slots=self.slots,
+            encode=on_gpu,
+            clock=self.clock,
         )
         self.batch_sampler = _EpochBatchSampler(self._rank_indices, batch_size, self.drop_last)
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)

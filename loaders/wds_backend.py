@@ -69,6 +69,7 @@ from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint
 from loaders.slots import BatchSlots, SlotBatch
 from loaders.torch_backend import WORKER_NICE, WorkersAcrossEpochs, _new_uint8, worker_options
+from loaders.worker_clock import WorkerClock
 
 
 def split_by_node(src, rank: int, world_size: int):
@@ -124,9 +125,11 @@ class ShardStream(SourceInfo, IterableDataset):
         mark_repeats: bool = False,
         slots: BatchSlots | None = None,
         encode: bool = False,
+        clock: WorkerClock | None = None,
     ) -> None:
         self.index = index
         self.slots = slots  # workers decode whole chunks into these (loaders.slots)
+        self.clock = clock  # each worker's time making chunks (loaders.worker_clock)
         # decode="gpu": workers send bytes and crops (loaders.gpu_decode), made per process
         self.encode = encode
         self._maker: EncodedBatchMaker | None = None
@@ -260,23 +263,33 @@ class ShardStream(SourceInfo, IterableDataset):
         while done < quota:
             n = min(self.chunk, quota - done)
             fake = sent * num_workers + worker < skip
-            # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
-            rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
-            slot, target, slot_labels = self._target(n, fake)
-            images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
-            skipped += read_errors
-            read_errors.clear()
+
+            def make(n=n, fake=fake, sent=sent, done=done):
+                # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
+                rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
+                slot, target, slot_labels = self._target(n, fake)
+                images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
+                skipped += read_errors
+                read_errors.clear()
+                labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
+                if slot is not None:  # the slot's number and small arrays (pickled, no shm)
+                    slot_labels[: len(keys)] = labels
+                    return SlotBatch(slot, len(keys), keys, skipped, epoch)
+                return images, labels, torch.from_numpy(keys), skipped, epoch
+
             done += n
             sent += 1
-            labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
-            if slot is not None:  # the slot's number and small arrays (pickled, no shared memory)
-                slot_labels[: len(keys)] = labels
-                yield SlotBatch(slot, len(keys), keys, skipped, epoch)
+            if self.clock is None or fake:  # a resumed epoch's skipped chunks are only read
+                yield make()
             else:
-                yield images, labels, torch.from_numpy(keys), skipped, epoch
+                yield self.clock.timed(make, self._slot_wait)
         for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
             none = torch.empty(0, dtype=torch.int64)
             yield torch.empty((0, size, size, 3), dtype=torch.uint8), none, none, [], epoch
+
+    def _slot_wait(self) -> float:
+        """Seconds the worker's last chunk waited for its batch slot (0: no slots)."""
+        return self.slots.last_wait_s if self.slots is not None and not self.encode else 0.0
 
     def _target(self, n: int, fake: bool):
         """Where a chunk of ``n`` is decoded: (slot, its images, its labels) of the worker's
@@ -442,6 +455,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
         pin = self.device.type == "cuda" and not on_gpu  # JPEG bytes go through nvJPEG's own
         self.pin = pin
         self.slots = None if on_gpu else self._batch_slots(slots, workers, prefetch, pin)
+        self.clock = WorkerClock(workers) if workers > 0 else None
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
         self.dataset = ShardStream(
@@ -458,6 +472,7 @@ class WdsLoader(WorkersAcrossEpochs, LoaderBase):
             mark_repeats=self.even_batches,
             slots=self.slots,
             encode=on_gpu,
+            clock=self.clock,
         )
         kwargs = worker_options(workers, prefetch, multiprocessing_context, worker_nice)
         self.dataloader = DataLoader(

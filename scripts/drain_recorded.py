@@ -1,6 +1,7 @@
-"""verify's drain rule on recorded results: every loader run of every verify results file given
-(default: all under benchmarks/), with its window's data wait in the first half and the last
-quarter, and whether the rule flags it.
+"""verify's drain and turn-wait rules on recorded results: every loader run of every verify
+results file given (default: all under benchmarks/), with its window's data wait in the first
+half and the last quarter, whether the drain rule flags it, and whether its waits came once per
+round of its workers' turns (``TURNS``, with the verdict's words).
 
     python scripts/drain_recorded.py [FILES...]
 """
@@ -12,12 +13,12 @@ import sys
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.verify import results as verify_results
-from feedbench.verify.analysis import DRAIN_MIN_STEPS, _wait_share, compare
+from feedbench.verify.analysis import DRAIN_MIN_STEPS, _wait_share, compare, turn_waits_text
 from feedbench.verify.results import SYNTHETIC
 
 
 def main(paths: list[str], argv_named: bool = False) -> None:
-    runs = flagged = 0
+    runs = flagged = turns = 0
     for path in paths:
         try:
             result = verify_results.load(path)
@@ -33,12 +34,14 @@ def main(paths: list[str], argv_named: bool = False) -> None:
             s, n = ranks[0], len(ranks[0].step_s)
             runs += 1
             flagged += run.drain is not None
+            turns += run.turn_waits is not None
             print(
                 f"{path}: {run.loader} {run.per_gpu_batch}/GPU: first half "
                 f"{_wait_share(s, 0, n // 2):.1%}, last quarter {_wait_share(s, n - n // 4, n):.1%}"
                 + (" DRAIN" if run.drain else "")
+                + (f" TURNS: {turn_waits_text(run.turn_waits)}" if run.turn_waits else "")
             )
-    print(f"{runs} loader runs, {flagged} flagged")
+    print(f"{runs} loader runs, {flagged} flagged as draining, {turns} waiting once a round")
 
 
 if __name__ == "__main__":

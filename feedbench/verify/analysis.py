@@ -15,8 +15,10 @@ from feedbench.verify.results import (
     LoaderVerdict,
     Paired,
     StepSeries,
+    TurnWaits,
     VerifyResult,
     VerifyRun,
+    WorkerTimes,
     fmt_wait,
     units,
 )
@@ -104,6 +106,10 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
                 r.ceiling_fraction = r.images_per_s / c
             slowdown(r, steps.get(r.gpus) if loader != SYNTHETIC else None)
             r.drain = drain(r) if loader != SYNTHETIC else None
+            # DALI's workers are threads of one pipeline, not DataLoader workers taking turns
+            turns = loader != SYNTHETIC and not loader.startswith("dali")
+            r.turn_waits = turn_waits(r) if turns else None
+            r.worker_times = worker_times(r) if loader != SYNTHETIC else None
             r.paired = paired(r) if loader != SYNTHETIC else None
     unit = str(result.config.get("unit", "GPU"))
     result.verdicts = [_verdict(loader, ok_runs(result, loader), threshold, unit)
@@ -124,6 +130,12 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
             v.text += "; " + cores
         if last[0].drain is not None:
             v.text += "; " + drain_text(last[0].drain)
+        if last[0].turn_waits is not None:
+            v.text += "; " + turn_waits_text(last[0].turn_waits)
+        w = last[0].worker_times
+        waited = (last[0].data_wait_fraction or 0.0) >= WORKERS_SAID_FROM_WAIT
+        if w is not None and (waited or last[0].turn_waits is not None):
+            v.text += "; " + worker_times_text(w)
         if ceil is not None and ceil.ceiling_drift is not None:
             v.text += drift_text(ceil, v.loader == SYNTHETIC)
     for v in result.verdicts:
@@ -372,6 +384,103 @@ def drain_text(d: Drain) -> str:
         "the window (in a slow step) were still being drained, so this window overstates it; at "
         f"the last quarter's pace it gives {d.last_quarter_ceiling_fraction:.2f} of the ceiling "
         "or less (measure more --steps)"
+    )
+
+
+# A step stalls when its data wait is at least this share of the window's median step (and no
+# less than STALL_MIN_S) ...
+STALL_SHARE = 0.25
+STALL_MIN_S = 0.005
+# ... and a worker's turn is late when at least this share of its visits stall, at least
+# TURN_MIN_STALLS times; at most a quarter of the turns may be late (more is a slow loader, which
+# the data wait already says, not a slow worker)
+TURN_LATE_SHARE = 0.5
+TURN_MIN_STALLS = 3
+
+
+def turn_waits(run: VerifyRun) -> TurnWaits | None:
+    """Stalls at one or a few of a rank's worker turns (:class:`TurnWaits`); None where the
+    rank's stalls do not recur with its workers' period, or it has fewer than two workers."""
+    found = [t for r in run.ranks if (t := _turn_waits(r)) is not None]
+    return max(found, key=lambda t: t.wait_share, default=None)
+
+
+def _turn_waits(r: StepSeries) -> TurnWaits | None:
+    k, n = r.workers or 0, len(r.data_wait_s)
+    if k < 2 or n < TURN_MIN_STALLS * k or not r.step_s:
+        return None
+    floor = max(STALL_SHARE * median(r.step_s), STALL_MIN_S)
+    stalled = [i for i, w in enumerate(r.data_wait_s) if w >= floor]
+    late = []
+    for turn in range(k):
+        visits = range(turn, n, k)
+        hits = [i for i in stalled if i % k == turn]
+        if len(hits) >= TURN_MIN_STALLS and len(hits) >= TURN_LATE_SHARE * len(visits):
+            late.append((turn, hits, len(visits)))
+    if not late or len(late) > k // 4:
+        return None
+    waits = [r.data_wait_s[i] for _, hits, _ in late for i in hits]
+    total = sum(r.data_wait_s)
+    return TurnWaits(
+        rank=r.rank, workers=k, turns=len(late), stalls=len(waits),
+        visits=sum(v for _, _, v in late), stall_min_s=min(waits), stall_max_s=max(waits),
+        wait_share=sum(waits) / total if total > 0 else 0.0,
+    )  # fmt: skip
+
+
+def turn_waits_text(t: TurnWaits) -> str:
+    head = "one step" if t.turns == 1 else f"{t.turns} steps"
+    return (
+        f"{head} in every {t.workers} waited ({t.stalls} of {t.visits} such steps, "
+        f"{t.stall_min_s * 1e3:.0f}–{t.stall_max_s * 1e3:.0f} ms; {t.wait_share:.0%} of its data "
+        "wait): a DataLoader takes its workers' batches in turn, so whatever delays a round of "
+        "them shows as one wait a round"
+    )
+
+
+def worker_times(run: VerifyRun) -> WorkerTimes | None:
+    """The workers' seconds a batch in the window (:class:`WorkerTimes`) on the rank that
+    waited most; None where the loader records none or a worker made no batch."""
+    ranks = [r for r in run.ranks if r.worker_batches and r.worker_make_s and r.step_s]
+    if not ranks:
+        return None
+    r = max(ranks, key=lambda x: sum(x.data_wait_s))
+    made = r.worker_batches or []
+    if min(made) < 1:
+        return None
+    per = [m / b for m, b in zip(r.worker_make_s or [], made, strict=True)]
+    work = fmean(r.step_s) - fmean(r.data_wait_s)
+    return WorkerTimes(
+        rank=r.rank, workers=len(per), batches=sum(made), make_min_s=min(per),
+        make_median_s=median(per), make_max_s=max(per), slowest=per.index(max(per)),
+        slot_wait_share=sum(r.worker_slot_wait_s or [0.0]) / max(sum(r.worker_make_s or []), 1e-12),
+        allowed_s=len(per) * work,
+    )  # fmt: skip
+
+
+# The workers' times are said where the loader waited at least this share of its steps (the
+# issue 29 bar for fed), or its waits came once a round
+WORKERS_SAID_FROM_WAIT = 0.03
+# A worker is named the slowest when its batches take this much longer than the median worker's
+SLOWEST_OVER_MEDIAN = 1.2
+
+
+def _secs(s: float) -> str:
+    return f"{s:.2f} s" if s >= 1 else f"{s * 1e3:.0f} ms" if s >= 0.01 else f"{s * 1e3:.1f} ms"
+
+
+def worker_times_text(w: WorkerTimes) -> str:
+    """The workers' time a batch against what keeping up allows them."""
+    slots = ""
+    if w.slot_wait_share >= 0.005:
+        slots = f", {w.slot_wait_share:.0%} of it waiting for a batch slot"
+    slowest = ""
+    if w.make_max_s > SLOWEST_OVER_MEDIAN * w.make_median_s:
+        slowest = f"; worker {w.slowest} the slowest"
+    return (
+        f"its {w.workers} workers took {_secs(w.make_min_s)} to {_secs(w.make_max_s)} a batch "
+        f"(median {_secs(w.make_median_s)}{slots}{slowest}), where keeping up allows each "
+        f"{_secs(w.allowed_s)} ({w.workers} of its steps, less their data wait)"
     )
 
 

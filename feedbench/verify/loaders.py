@@ -109,6 +109,11 @@ class VerifyLoader:
     def set_epoch(self, epoch: int) -> None:
         pass
 
+    def worker_times(self) -> Any:
+        """Its workers' running totals (a ``workers × 3`` array: batches, seconds making them,
+        seconds of those waiting for a batch slot; :mod:`loaders.worker_clock`), or None."""
+        return None
+
     def close(self) -> None:
         pass
 
@@ -305,6 +310,10 @@ class LibraryLoader(VerifyLoader):
     def __iter__(self):
         for batch in self.inner:
             yield batch[0], batch[1]
+
+    def worker_times(self) -> Any:
+        clock = getattr(self.inner, "clock", None)
+        return clock.snapshot() if clock is not None else None
 
     def close(self) -> None:
         if hasattr(self.inner, "close"):

@@ -107,6 +107,11 @@ class StepSeries:
     labels_synthesised: bool = False  # the user's loader yields images alone: labels made up
     image_height: int | None = None  # of the user's loader's first images
     image_width: int | None = None
+    # the window's batches per loader worker, its seconds making them and, of those, waiting
+    # for a batch slot (loaders.worker_clock; torch and wds backends)
+    worker_batches: list[int] | None = None
+    worker_make_s: list[float] | None = None
+    worker_slot_wait_s: list[float] | None = None
     # after the window, with --interleave: blocks on the loader and on a synthetic batch in turn
     paired: list[PairedBlock] = field(default_factory=list)
     error: str | None = None
@@ -135,6 +140,41 @@ class Paired:
     ceiling_fraction: float
     ceiling_fraction_lo: float | None
     ceiling_fraction_hi: float | None
+
+
+@dataclass
+class TurnWaits:
+    """Waits that recur once every ``workers`` steps, at one (or a few) of the workers' turns.
+    A DataLoader takes its workers' batches in a fixed turn; workers that start together stay
+    in phase, so whatever delays a round of batches (every worker too slow, or one of them)
+    shows as one wait a round at the same turn, not as scattered stalls (BENCHMARKS.md, "Waits
+    once per round of the workers' turns"). Counted on the rank whose turns waited the most."""
+
+    rank: int
+    workers: int  # the period: the rank's loader workers
+    turns: int  # how many of the workers' turns wait
+    stalls: int  # steps at those turns that waited, of ...
+    visits: int  # ... the steps at those turns in the window
+    stall_min_s: float
+    stall_max_s: float
+    wait_share: float  # the share of the rank's data wait spent at those turns
+
+
+@dataclass
+class WorkerTimes:
+    """How long the loader's workers took to make a batch in the window, on the rank that
+    waited most (:mod:`loaders.worker_clock`; torch and wds backends), against how long they
+    may take: each makes one batch a round of ``workers`` steps."""
+
+    rank: int
+    workers: int
+    batches: int  # made in the window, all workers
+    make_min_s: float  # the workers' mean seconds a batch: the fastest worker's ...
+    make_median_s: float
+    make_max_s: float  # ... the slowest's
+    slowest: int  # its worker id
+    slot_wait_share: float  # of the workers' making time, waiting for a batch slot
+    allowed_s: float  # workers × the run's step less its data wait: the most a batch may take
 
 
 @dataclass
@@ -205,6 +245,8 @@ class VerifyRun:
     slowdown_s: float | None = None
     slowdown_parts_s: dict[str, float] | None = None
     drain: Drain | None = None  # the window still drained a queue filled before it (None: no)
+    turn_waits: TurnWaits | None = None  # waits once per round of the workers' turns (None: no)
+    worker_times: WorkerTimes | None = None  # the workers' time a batch (torch, wds backends)
     paired: Paired | None = None  # with --interleave: the loader against synthetic, in-process
     gpu_util_percent_mean: float | None = None  # NVML, the run's GPUs, measured window
     gpu_mem_used_bytes_max: int | None = None  # NVML, the run's GPUs

@@ -162,8 +162,8 @@ def test_no_repeat_measures_the_loaders_start_up(dataset, cli, tmp_path):
         # the test itself: no slow batch's 0.3 s wait in the window (a loaded 2-core CI host
         # stretched the 20 ms steps to 26 ms: rates and windows are no sharper test than this)
         assert c["data_wait"]["max_s"] < 0.2, c["data_wait"]
-        # one slow batch inside would give 0.74 / 1.04 s = 0.71; the loaded host 0.86 without
-        assert m["au_mean"] > 0.8
+        # (the AU is no sharper test: one slow batch inside gives 0.71, and a 2-core host running
+        # another suite beside this one gave 0.75 with none inside)
         assert 0.6 * fed < m["steady_samples_per_s"] <= 1.05 * fed, m["steady_samples_per_s"]
     rates = [m["steady_samples_per_s"] for m in ms]
     assert max(rates) / min(rates) < 1.25  # one repeat with a slow batch inside: 1.4

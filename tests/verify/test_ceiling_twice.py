@@ -118,6 +118,13 @@ def test_a_real_verify_runs_the_ceiling_twice_and_keeps_one_synthetic_row(cli, d
     mean = (synth.images_per_s + synth.ceiling_after_images_per_s) / 2
     assert torch.ceiling_fraction == pytest.approx(torch.images_per_s / mean)
     assert f"again after the loaders {synth.ceiling_after_images_per_s:,.0f} img/s" in r.out
+    # the torch loader's worker (FAST: 1) made the window's batches, its time on them recorded
+    (rank,) = torch.ranks
+    assert rank.worker_batches is not None and len(rank.worker_batches) == 1
+    assert rank.worker_batches[0] >= 1 and rank.worker_make_s[0] > 0
+    assert rank.worker_slot_wait_s == [0.0]  # no slots on the CPU
+    assert torch.worker_times is not None and torch.worker_times.batches == rank.worker_batches[0]
+    assert synth.worker_times is None and synth.ranks[0].worker_batches is None
 
 
 def test_the_slowdown_is_over_the_mean_ceiling_s_step_as_the_fraction_is():

@@ -288,8 +288,10 @@ def test_schema_holds_every_part():
     assert schema_gaps() == []
     assert schema_gaps((*PARTS, "io_s")) == ["StepSeries.io_s", "Breakdown.io_s"]
     lists = [f.name for f in fields(StepSeries) if str(f.type).startswith("list[")]
-    # the per-step columns, in file order, then the warm-up's steps and the paired blocks
-    assert lists == [*COLUMNS, "warmup_step_s", "paired"]
+    # the per-step columns, in file order, then the warm-up's steps, the loader's workers' window
+    # totals (one per worker, not per step) and the paired blocks
+    workers = ["worker_batches", "worker_make_s", "worker_slot_wait_s"]
+    assert lists == [*COLUMNS, "warmup_step_s", *workers, "paired"]
     m = Marks(0, 0, 4, 0.0, 0.0, 0.001, 0.002, 0.003, 0.004, [])
     assert list(read_marks(m, HostClock()).parts) == list(PARTS)
     assert list(PART_LABELS) == list(PARTS)

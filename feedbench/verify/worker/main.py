@@ -352,6 +352,7 @@ class TimedLoop:
         self.trace_from = args.warmup + min(10, max(0, args.steps - args.trace_steps))
         self.tracer = None
         self.prev_end = self.clock.mark()
+        self.workers0 = None  # the loader's workers' totals at the window's start
 
     def run(self) -> None:
         self.prime()
@@ -497,6 +498,7 @@ class TimedLoop:
         self.t0 = time.perf_counter()
         self.series.window_start_mono = time.monotonic()
         self.prev_end = self.clock.mark()
+        self.workers0 = self.worker_times()
         if os.environ.get("FEEDBENCH_SCHEDSTAT"):  # diagnostic: the threads' scheduling
             from feedbench.verify.worker import schedstat
 
@@ -530,6 +532,7 @@ class TimedLoop:
         if self.t0 is not None:
             self.series.window_s = time.perf_counter() - self.t0
             self.series.window_end_mono = time.monotonic()
+            self.record_workers()
         if getattr(self, "sched0", None) is not None:
             from feedbench.verify.worker import schedstat
 
@@ -545,6 +548,21 @@ class TimedLoop:
             self.record(self.pending.popleft())
         if self.rank.cuda:
             self.series.peak_mem_bytes = int(torch.cuda.max_memory_allocated(self.rank.device))
+
+    def worker_times(self):
+        """The loader's workers' running totals now (None: it keeps none)."""
+        loader = self.batches.loader if isinstance(self.batches, Epochs) else None
+        return loader.worker_times() if loader is not None else None
+
+    def record_workers(self) -> None:
+        """Each worker's batches, seconds making them and waiting for a slot in the window."""
+        start, end = self.workers0, self.worker_times()
+        if start is None or end is None:
+            return
+        done = end - start
+        self.series.worker_batches = [int(x) for x in done[:, 0]]
+        self.series.worker_make_s = [float(x) for x in done[:, 1]]
+        self.series.worker_slot_wait_s = [float(x) for x in done[:, 2]]
 
     def trace(self, step: int) -> None:
         """The diagnostic CUDA trace (``--trace-steps``): started and stopped at its steps."""
