@@ -3,8 +3,10 @@
 
     python scripts/verify_table.py results/tune-*.json   # .json.gz too
 
-Per run: images/s, the fraction of the synthetic ceiling, data wait as a fraction of the step, and
-the step breakdown in ms (mean over ranks and measured steps). Markdown on stdout.
+Per run: images/s, the fraction of the synthetic ceiling, data wait as a fraction of the step, the
+step breakdown in ms (mean over ranks and measured steps) and, where verify paired the loader
+with the synthetic batch in one process (``--interleave``), that fraction with its 95% interval
+and the step's slowdown. Markdown on stdout.
 
 Repeats: files named ``NAME-rK`` (``scripts/bench_verify.sh tune`` with ``REPEAT=K``) are repeat K
 of variant NAME. Each run's ceiling is a synthetic run at its GPU count and per-GPU batch: of the
@@ -44,11 +46,16 @@ def spread(values: list[float], fmt: str) -> str:
 RUNS_HEAD = (
     "| file | loader | options | stream | CPUs | workers | GPUs | img/s | ceiling | of ceiling "
     "| data wait | fwd+bwd ms | all-reduce ms | optim ms | step ms | GPU util % "
-    "| SM clock min MHz | power W |"
+    "| SM clock min MHz | power W | paired: of ceiling (95% CI) | paired: slowdown ms |"
 )
-RUNS_RULE = "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-VARIANTS_HEAD = "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |"
-VARIANTS_RULE = "|---|---|---:|---:|---:|---:|---:|---:|"
+RUNS_RULE = (
+    "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|"
+)
+VARIANTS_HEAD = (
+    "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms "
+    "| paired: of ceiling |"
+)
+VARIANTS_RULE = "|---|---|---:|---:|---:|---:|---:|---:|---:|"
 
 
 def setting(cfg: dict) -> dict:
@@ -122,6 +129,16 @@ def _opt(x: float | None, fmt: str) -> str:
     return format(x, fmt) if x is not None else "–"
 
 
+def paired_cells(r: dict) -> str:
+    """The run's paired fraction (95% interval) and slowdown cells; dashes where not paired."""
+    p = r.get("paired")
+    if not p:
+        return "| – | – |"
+    lo, hi = p.get("ceiling_fraction_lo"), p.get("ceiling_fraction_hi")
+    ci = f" ({lo:.2f}–{hi:.2f})" if lo is not None and hi is not None else ""
+    return f"| {p['ceiling_fraction']:.3f}{ci} | {p['slowdown_s'] * 1e3:+.1f} |"
+
+
 def run_row(stem: str, st: dict, r: dict, ceil: float | None) -> str:
     """One run's row of the first table."""
     b = r.get("breakdown") or {}
@@ -141,7 +158,7 @@ def run_row(stem: str, st: dict, r: dict, ceil: float | None) -> str:
         f"| {ms('forward_backward_s')} | {ms('allreduce_s')} | {ms('optimizer_s')} "
         f"| {ms('step_s')} | {_opt(r.get('gpu_util_percent_mean'), '.0f')} "
         f"| {_opt(r.get('gpu_sm_clock_mhz_min'), ',.0f')} "
-        f"| {_opt(r.get('gpu_power_w_mean'), '.0f')} |"
+        f"| {_opt(r.get('gpu_power_w_mean'), '.0f')} {paired_cells(r)}"
         + ("" if r.get("status") == "ok" else f" {r.get('status')}: {r.get('error')}")
     )
 
@@ -160,6 +177,7 @@ def variant_groups(runs: list[tuple[str, dict, dict]], ceiling: Ceilings) -> dic
                 "frac": r["images_per_s"] / ceil if ceil else None,
                 "wait": r.get("data_wait_fraction"),
                 "fb": (r.get("breakdown") or {}).get("forward_backward_s"),
+                "paired": (r.get("paired") or {}).get("ceiling_fraction"),
             }
         )
     return groups
@@ -174,7 +192,7 @@ def variant_row(name: str, loader: str, gpus: int, rows: list[dict]) -> str:
     return (
         f"| {name} | {loader} | {gpus} | {len(rows)} | {spread(col('ips'), ',.0f')} "
         f"| {spread(col('frac'), '.3f')} | {spread(col('wait', 100), '.1f')} "
-        f"| {spread(col('fb', 1e3), '.1f')} |"
+        f"| {spread(col('fb', 1e3), '.1f')} | {spread(col('paired'), '.3f')} |"
     )
 
 

@@ -189,11 +189,16 @@ def test_verify_table_ceiling_of_the_same_repeat_and_variant_spread(tmp_path):
         return {"loader": loader, "gpus": 2, "images_per_s": ips, "status": status, **extra}
 
     dali = {"workers": 6, "data_wait_fraction": 0.02, "breakdown": {"forward_backward_s": 0.05}}
+    paired = {"ceiling_fraction": 0.93, "ceiling_fraction_lo": 0.9, "ceiling_fraction_hi": 0.96,
+              "slowdown_s": 0.0021}  # fmt: skip
     paths = [
         results("tune-synthetic-r1", [run("synthetic", 1000)]),
         results("tune-synthetic-r2", [run("synthetic", 800)]),
         results("tune-x-r1", [run("dali", 900, **dali)]),
-        results("tune-x-r2", [run("dali", 720, **dali), run("torch", 0, "error", error="boom")]),
+        results(
+            "tune-x-r2",
+            [run("dali", 720, **dali, paired=paired), run("torch", 0, "error", error="boom")],
+        ),  # fmt: skip
     ]
     r = subprocess.run(
         [sys.executable, str(SCRIPTS / "verify_table.py"), *paths],
@@ -204,12 +209,18 @@ def test_verify_table_ceiling_of_the_same_repeat_and_variant_spread(tmp_path):
     opts = "ddp:broadcast_buffers=False | high | inherit"
     assert f"| tune-x-r1 | dali | {opts} | 6 | 2 | 900 | 1,000 | 0.900 | 2.0% | 50.0 |" in r.stdout
     assert f"| tune-x-r2 | dali | {opts} | 6 | 2 | 720 | 800 | 0.900 | 2.0% | 50.0 |" in r.stdout
+    assert lines[4].endswith("| – | – |")  # repeat 1: not paired
+    assert lines[5].endswith("| 0.930 (0.90–0.96) | +2.1 |")
     assert lines[6].startswith("| tune-x-r2 | torch |") and lines[6].endswith(" error: boom")
     assert lines[8] == (
-        "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms |"
+        "| variant | loader | GPUs | runs | img/s | of ceiling | data wait % | fwd+bwd ms "
+        "| paired: of ceiling |"
     )
-    assert "| tune-x | dali | 2 | 2 | 810 ± 127 | 0.900 ± 0.000 | 2.0 ± 0.0 | 50.0 ± 0.0 |" in lines
-    assert "| tune-synthetic | synthetic | 2 | 2 | 900 ± 141 | 1.000 ± 0.000 | – | – |" in lines
+    assert (
+        "| tune-x | dali | 2 | 2 | 810 ± 127 | 0.900 ± 0.000 | 2.0 ± 0.0 | 50.0 ± 0.0 "
+        "| 0.930 (1 run) |"
+    ) in lines
+    assert "| tune-synthetic | synthetic | 2 | 2 | 900 ± 141 | 1.000 ± 0.000 | – | – | – |" in lines
     assert not any("torch" in line for line in lines[8:])  # failed runs stay out of the spread
 
 
