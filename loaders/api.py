@@ -189,7 +189,8 @@ def build_loader(
     """A loader over ``source`` for this rank. See the module docstring; per backend options:
 
     * all: ``prefetch`` (batches per worker, torch/wds; pipeline depth, dali),
-    * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"pil"``, ``"opencv"``),
+    * torch, wds: ``decoder`` (``"auto"`` = simplejpeg, ``"simplejpeg-fast"``, ``"pil"``,
+      ``"opencv"``),
       ``multiprocessing_context``, ``worker_nice`` (how many steps of niceness below this
       process the workers run, 0–19; 10 by default, so the training process's own thread is
       never kept waiting by a decoder), ``batch_transform`` (your callable on each uint8 N×3×H×W

@@ -273,7 +273,7 @@ class GpuJpegDecoder:
         exactly where the CPU path skips it)."""
         data = piece.numpy().tobytes()
         try:
-            if self.cpu.decoder == "simplejpeg":
+            if self.cpu.decoder.startswith("simplejpeg"):
                 import simplejpeg
 
                 rgb = simplejpeg.decode_jpeg(data, colorspace="RGB")

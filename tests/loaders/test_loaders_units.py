@@ -337,7 +337,11 @@ def _has_dali() -> bool:
         ("dali", {"hw_decoder_load": 1.2}, "hw_decoder_load takes a fraction from 0 to 1"),
         ("torch", {"prefetch": 0}, "prefetch takes a whole number ≥ 1, not 0"),
         ("torch", {"prefetch": True}, "prefetch takes a whole number ≥ 1, not True"),
-        ("wds", {"decoder": "gpu"}, "decoder takes auto, simplejpeg, pil or opencv, not 'gpu'"),
+        (
+            "wds",
+            {"decoder": "gpu"},
+            "decoder takes auto, simplejpeg, simplejpeg-fast, pil or opencv, not 'gpu'",
+        ),
         ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0"),
         ("torch", {"worker_nice": 20}, "worker_nice takes a niceness from 0 to 19, not 20"),
     ],
@@ -351,7 +355,7 @@ def test_option_values_are_checked_without_building(backend, options, match):
         check_options(backend, options)
     good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0},
             "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0},
-            "wds": {"shuffle_buffer": 0, "prefetch": 8}}  # fmt: skip
+            "wds": {"shuffle_buffer": 0, "prefetch": 8, "decoder": "simplejpeg-fast"}}  # fmt: skip
     check_options(backend, good[backend])
 
 
@@ -385,3 +389,22 @@ def test_dealt_paths_are_one_nul_padded_array_of_the_rows_files():
         assert b"\0" not in text.rstrip(b"\0")
     lengths = [len(r.tobytes().rstrip(b"\0")) for r in got]
     assert max(lengths) == got.shape[1]  # padded to the longest, no further
+
+
+def test_the_fast_simplejpeg_decode_is_close_to_the_exact_one(dataset):
+    """simplejpeg-fast (fast IDCT and chroma upsampling): the same crops, pixels a level or two
+    apart, not the same decode; a loader built with it yields its batches."""
+    from loaders.decode import CpuDecoder
+
+    paths = sorted((dataset / "images").rglob("*.jpg"))[:4]
+    for path in paths:  # at 224 the crop decodes at full size (DCT scaling has no fast mode)
+        data = path.read_bytes()
+        exact, fast = (np.zeros((224, 224, 3), np.uint8) for _ in range(2))
+        CpuDecoder(224, False, "simplejpeg").decode_into(data, exact, np.random.default_rng(0))
+        CpuDecoder(224, False, "simplejpeg-fast").decode_into(data, fast, np.random.default_rng(0))
+        diff = np.abs(exact.astype(int) - fast.astype(int)).mean()
+        assert 0 < diff < 4, (path, diff)
+    loader = build_loader(str(dataset / "images"), backend="torch", batch_size=4, workers=0,
+                          device="cpu", image_size=64, decoder="simplejpeg-fast")  # fmt: skip
+    images, labels = next(iter(loader))
+    assert images.shape == (4, 3, 64, 64) and len(labels) == 4
