@@ -156,9 +156,7 @@ class ImageDataset(SourceInfo, Dataset):
     def __getitems__(self, request):
         if self.clock is None:
             return self._make(request)
-        slots = self.slots
-        wait = (lambda: slots.last_wait_s) if slots is not None and not self.encode else None
-        return self.clock.timed(lambda: self._make(request), wait)
+        return self.clock.timed(lambda: self._make(request), self.slots)  # None with decode="gpu"
 
     def _make(self, request):
         epoch, batch, indices = request

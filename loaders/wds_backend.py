@@ -51,6 +51,7 @@ import functools
 import itertools
 import math
 import random
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -261,35 +262,29 @@ class ShardStream(SourceInfo, IterableDataset):
         read_errors: list[Skipped] = []
         samples = self._samples([int(s) for s in shards], epoch, worker, read_errors)
         while done < quota:
+            t0 = time.perf_counter()
             n = min(self.chunk, quota - done)
             fake = sent * num_workers + worker < skip
-
-            def make(n=n, fake=fake, sent=sent, done=done):
-                # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
-                rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
-                slot, target, slot_labels = self._target(n, fake)
-                images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
-                skipped += read_errors
-                read_errors.clear()
-                labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
-                if slot is not None:  # the slot's number and small arrays (pickled, no shm)
-                    slot_labels[: len(keys)] = labels
-                    return SlotBatch(slot, len(keys), keys, skipped, epoch)
-                return images, labels, torch.from_numpy(keys), skipped, epoch
-
+            # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
+            rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
+            slot, target, slot_labels = self._target(n, fake)
+            images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
+            skipped += read_errors
+            read_errors.clear()
             done += n
             sent += 1
-            if self.clock is None or fake:  # a resumed epoch's skipped chunks are only read
-                yield make()
+            labels = torch.from_numpy(self.index.labels[np.where(keys < 0, -1 - keys, keys)])
+            if slot is not None:  # the slot's number and small arrays (pickled, no shared memory)
+                slot_labels[: len(keys)] = labels
+                item = SlotBatch(slot, len(keys), keys, skipped, epoch)
             else:
-                yield self.clock.timed(make, self._slot_wait)
+                item = images, labels, torch.from_numpy(keys), skipped, epoch
+            if self.clock is not None and not fake:  # a resumed epoch's skipped chunks: read only
+                self.clock.since(worker, t0, self.slots if slot is not None else None)
+            yield item
         for _ in range(chunks - sent):  # padding in the workers' turn (see chunks_per_worker)
             none = torch.empty(0, dtype=torch.int64)
             yield torch.empty((0, size, size, 3), dtype=torch.uint8), none, none, [], epoch
-
-    def _slot_wait(self) -> float:
-        """Seconds the worker's last chunk waited for its batch slot (0: no slots)."""
-        return self.slots.last_wait_s if self.slots is not None and not self.encode else 0.0
 
     def _target(self, n: int, fake: bool):
         """Where a chunk of ``n`` is decoded: (slot, its images, its labels) of the worker's

@@ -31,16 +31,22 @@ class WorkerClock:
         self.table = torch.zeros((max(1, workers), len(COLUMNS)), dtype=torch.float64)
         self.table.share_memory_()
 
-    def timed(self, make: Callable[[], T], slot_wait: Callable[[], float] | None = None) -> T:
-        """``make()``'s result, its time added to the calling worker's row (``slot_wait()``:
-        the seconds of it spent waiting for a slot); outside a worker, just ``make()``."""
+    def timed(self, make: Callable[[], T], slots=None) -> T:
+        """``make()``'s result, its time added to the calling worker's row (``slots``: the
+        :class:`loaders.slots.BatchSlots` it claimed one of); outside a worker, just ``make()``."""
         info = get_worker_info()
         if info is None:
             return make()
         t0 = time.perf_counter()
         out = make()
-        self.add(info.id, time.perf_counter() - t0, slot_wait() if slot_wait else 0.0)
+        self.since(info.id, t0, slots)
         return out
+
+    def since(self, worker: int, t0: float, slots=None) -> None:
+        """A batch made by ``worker`` from ``time.perf_counter()`` = ``t0`` until now, of it
+        waiting for its slot of ``slots`` (if any) what that slot's claim waited."""
+        wait = slots.last_wait_s if slots is not None else 0.0
+        self.add(worker, time.perf_counter() - t0, wait)
 
     def add(self, worker: int, make_s: float, slot_wait_s: float = 0.0) -> None:
         row = self.table[worker].numpy()

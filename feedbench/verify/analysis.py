@@ -410,11 +410,13 @@ def _turn_waits(r: StepSeries) -> TurnWaits | None:
     if k < 2 or n < TURN_MIN_STALLS * k or not r.step_s:
         return None
     floor = max(STALL_SHARE * median(r.step_s), STALL_MIN_S)
-    stalled = [i for i, w in enumerate(r.data_wait_s) if w >= floor]
+    by_turn: dict[int, list[int]] = {}  # the stalled steps at each turn
+    for i, w in enumerate(r.data_wait_s):
+        if w >= floor:
+            by_turn.setdefault(i % k, []).append(i)
     late = []
-    for turn in range(k):
+    for turn, hits in sorted(by_turn.items()):
         visits = range(turn, n, k)
-        hits = [i for i in stalled if i % k == turn]
         if len(hits) >= TURN_MIN_STALLS and len(hits) >= TURN_LATE_SHARE * len(visits):
             late.append((turn, hits, len(visits)))
     if not late or len(late) > k // 4:
