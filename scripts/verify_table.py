@@ -78,8 +78,11 @@ def load_runs(paths: list[str]) -> list[tuple[str, dict, dict]]:
     """(file stem, its setting, run) for every run of every file, in order."""
     runs = []
     for p in paths:
-        raw = Path(p).read_bytes()
-        doc = json.loads(gzip.decompress(raw) if p.endswith(".gz") else raw)
+        try:
+            raw = Path(p).read_bytes()
+            doc = json.loads(gzip.decompress(raw) if p.endswith(".gz") else raw)
+        except (OSError, ValueError) as e:  # missing, unreadable, not gzip, not JSON
+            raise SystemExit(f"error: {p}: not a readable verify results file ({e})") from None
         st = setting(doc.get("config", {}))
         for r in doc.get("runs", []):
             runs.append((Path(p).name.split(".")[0], st, r))

@@ -230,6 +230,12 @@ def test_verify_table_help_and_no_arguments():
     assert r.returncode == 0 and "python scripts/verify_table.py results/tune-*.json" in r.stdout
     r = subprocess.run([sys.executable, script], capture_output=True, text=True)
     assert r.returncode == 2 and "verify_table.py" in r.stderr and r.stdout == ""
+    r = subprocess.run([sys.executable, script, "/no/such.json"], capture_output=True, text=True)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines() == [
+        "error: /no/such.json: not a readable verify results file ([Errno 2] No such file or "
+        "directory: '/no/such.json')"
+    ]
 
 
 @pytest.mark.slow  # two script runs that import torch (feedbench.scan), 4-7 s
