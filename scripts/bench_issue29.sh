@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Issue 29's done-when on one H200, as a queue that runs across device calls (each call at most
+# 600 s): the defaults at 64 and 256 per GPU in 3 verify repeats each (paired blocks on), scan's
+# prediction at each size with `feedbench compare` against them, then extras while time is left.
+# A task starts only if its estimate (the last run of its kind, else its default) ends before
+# LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status), the results
+# in RUNS, both on the warm machine, so the next call goes on where this one stopped.
+#
+# Machine: run-tool kind nvidia-h200, the DALI parts copied to /tmp/asm and .xfer/extra.tar
+# carried in the first call that sources scripts/device_env.sh. Each call, from the repository root:
+#
+#   . scripts/device_env.sh && bash scripts/bench_issue29.sh     # → $OUT/0-smallbatch.tar.gz
+#
+# Environment: DATA (default /tmp/fb32k), RUNS (/tmp/runs), QUEUE (/tmp/issue29.queue), LIMIT_S (560).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export DATA=${DATA:-/tmp/fb32k} RUNS=${RUNS:-/tmp/runs} OUT=${OUT:-results}
+QUEUE=${QUEUE:-/tmp/issue29.queue}
+LIMIT_S=${LIMIT_S:-560}
+S=scripts/bench_smallbatch.sh
+touch "$QUEUE"
+# name|default estimate, s|command (kinds: the name up to its first '-')
+TASKS=(
+  "c64-r1|240|FIRST=1 REPEAT=1 STEPS=200 bash $S check 64"
+  "c64-r2|240|FIRST=2 REPEAT=2 STEPS=200 bash $S check 64"
+  "c64-r3|240|FIRST=3 REPEAT=3 STEPS=200 bash $S check 64"
+  "s64|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
+  "c256-r1|240|FIRST=1 REPEAT=1 STEPS=100 bash $S check 256"
+  "c256-r2|240|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
+  "c256-r3|240|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
+  "s256|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
+  "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
+)
+estimate() {  # estimate NAME DEFAULT: the last run of NAME's kind, 10% over, else DEFAULT
+  local kind=${1%%-*} last
+  last=$(awk -F'|' -v k="$kind" '{split($1, a, "-")} a[1] == k {s = $2} END {print s}' "$QUEUE")
+  if [ -n "$last" ]; then echo $((last * 11 / 10)); else echo "$2"; fi
+}
+t0=$SECONDS
+for task in "${TASKS[@]}"; do
+  IFS='|' read -r name default cmd <<< "$task"
+  grep -q "^$name|" "$QUEUE" && continue
+  need=$(estimate "$name" "$default")
+  if [ $((SECONDS - t0 + need)) -gt "$LIMIT_S" ]; then
+    echo "queue: $name needs ~${need} s, $((LIMIT_S - SECONDS + t0)) s left in this call: next call"
+    break
+  fi
+  echo "== $name: $cmd"
+  s=$SECONDS
+  bash -c "$cmd"
+  rc=$?
+  echo "$name|$((SECONDS - s))|$rc" >> "$QUEUE"
+  echo "== $name: $((SECONDS - s)) s, exit $rc"
+done
+cp "$QUEUE" "$RUNS/queue.txt" 2>/dev/null
+tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+grep -c . "$QUEUE" | sed "s/^/queue: tasks done /; s/$/ of ${#TASKS[@]}/"
