@@ -24,11 +24,11 @@ TASKS=(
   "c64-r1|240|FIRST=1 REPEAT=1 STEPS=200 bash $S check 64"
   "c64-r2|240|FIRST=2 REPEAT=2 STEPS=200 bash $S check 64"
   "c64-r3|240|FIRST=3 REPEAT=3 STEPS=200 bash $S check 64"
-  "s64|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
   "c256-r1|240|FIRST=1 REPEAT=1 STEPS=100 bash $S check 256"
+  "s64|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
   "c256-r2|240|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
-  "c256-r3|240|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
   "s256|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
+  "c256-r3|240|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
 )
 estimate() {  # estimate NAME DEFAULT: the last run of NAME's kind, 10% over, else DEFAULT
