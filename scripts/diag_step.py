@@ -60,7 +60,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from feedbench.verify.loaders import make_loader  # noqa: E402
-from feedbench.verify.worker.main import Epochs  # noqa: E402
+from feedbench.verify.worker.loop import Epochs  # noqa: E402
 from feedbench.verify.worker.models import build_model  # noqa: E402
 from loaders.affinity import RESERVE_CORES, loader_cores  # noqa: E402
 

@@ -12,7 +12,7 @@ from feedbench.verify.config import Plan, VerifyConfig
 from feedbench.verify.job import worker_command
 from feedbench.verify.loaders import VerifyLoader, make_loader
 from feedbench.verify.results import Breakdown, PairedBlock, StepSeries, VerifyRun
-from feedbench.verify.worker.main import Epochs
+from feedbench.verify.worker.loop import Epochs
 from tests.verify.test_verify import _result
 from tests.verify.test_worker_steps import _args, _loop, group  # noqa: F401 (a fixture)
 

@@ -345,7 +345,7 @@ def test_run_options_reach_every_rank(cli, data, tmp_path):
     back from DDP itself (defaults where not asked); --cpu-affinity split pins each rank to its
     own share; --compile trains the torch.compile'd DDP model (compiled in the warm-up steps)
     with the step timing and the all-reduce hook still working."""
-    from feedbench.verify.worker.main import cpu_list, share_of_cpus
+    from feedbench.verify.worker.setup import cpu_list, share_of_cpus
 
     compiles = bool(shutil.which("g++") or shutil.which("c++"))  # inductor on CPU needs one
     out = tmp_path / "v.json"
@@ -473,7 +473,7 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
 
 
 def test_cpu_shares_and_lists():
-    from feedbench.verify.worker.main import cpu_list, share_of_cpus
+    from feedbench.verify.worker.setup import cpu_list, share_of_cpus
 
     cpus = {0, 1, 2, 3, 8, 9, 10}
     shares = [share_of_cpus(cpus, i, 3) for i in range(3)]

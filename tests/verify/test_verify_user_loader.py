@@ -15,7 +15,7 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.scan.factory import UserCodeError, UserLoaderError
 from feedbench.verify import results as verify_results
 from feedbench.verify.loaders import UserLoader, file_label, loader_options, parse_loaders
-from feedbench.verify.worker.main import Epochs
+from feedbench.verify.worker.loop import Epochs
 
 FACTORIES = Path(__file__).resolve().parents[1] / "scan" / "factories"
 

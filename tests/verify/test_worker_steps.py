@@ -22,16 +22,15 @@ from feedbench.core.supervise import free_port
 from feedbench.verify import results as verify_results
 from feedbench.verify.loaders import VerifyLoader, make_loader
 from feedbench.verify.results import COLUMNS, PART_LABELS, PARTS, StepSeries, schema_gaps
-from feedbench.verify.worker.main import (
-    Epochs,
+from feedbench.verify.worker.loop import Epochs, TimedLoop
+from feedbench.verify.worker.main import parse_args
+from feedbench.verify.worker.setup import (
     Rank,
-    TimedLoop,
     build_training,
     cpu_list,
     join_group,
     open_device,
     open_loader,
-    parse_args,
     pin_cores,
     share_of_cpus,
 )
@@ -369,7 +368,7 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(
     starts (PRIME_STEPS), or the batches it holds ready at the warm-up's end are taken without
     a step (SKIP_READY_MAX). Without both, the loader's queue fills during the first step and the
     window reads no wait: the case they guard against."""
-    from feedbench.verify.worker import main as worker
+    from feedbench.verify.worker import loop as worker
 
     if not prime:
         monkeypatch.setattr(worker, "PRIME_STEPS", 0)
@@ -409,7 +408,7 @@ def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group, mo
     end."""
     from feedbench.verify.analysis import drain, summarize_run
     from feedbench.verify.results import VerifyRun
-    from feedbench.verify.worker import main as worker
+    from feedbench.verify.worker import loop as worker
 
     # not taken at the warm-up's end: the queue as a slow step inside the window leaves it
     monkeypatch.setattr(worker, "SKIP_READY_MAX", 0)
