@@ -94,7 +94,9 @@ class StepSeries:
     buckets: list[int] = field(default_factory=list)  # all-reduce buckets seen per step
     warmup_step_s: list[float] = field(default_factory=list)
     primed_s: float | None = None  # the model's first steps on a made-up batch, before the loader
-    skipped_ready: int | None = None  # batches taken without a step at the warm-up's end (ready)
+    # batches taken without a step at the warm-up's end (ready); as many unmeasured steps follow
+    # (TimedLoop.refill), their times in warmup_step_s
+    skipped_ready: int | None = None
     window_s: float | None = None  # measured window (None: the rank did not finish it)
     window_start_mono: float | None = None  # time.monotonic() of the window's ends (host clock)
     window_end_mono: float | None = None

@@ -185,11 +185,11 @@ def test_timed_loop_keeps_warmup_apart_and_parts_add_up(tmp_path, group):
     loop.run()
     assert s.step == [2, 3, 4, 5, 6]  # counted from the first warm-up step
     # 3 batches per epoch: 2 in the warm-up, the third ready at its end and taken without a step
-    # (half an epoch at most: 1)
+    # (half an epoch at most: 1), then one unmeasured step (the refill) on epoch 1's first
     assert s.skipped_ready == 1
-    assert s.epoch == [1, 1, 1, 2, 2]
+    assert s.epoch == [1, 1, 2, 2, 2]
     assert s.images == [4] * 5 and s.batches_per_epoch == 3 and s.workers is None
-    assert len(s.warmup_step_s) == 2 and all(x > 0 for x in s.warmup_step_s)
+    assert len(s.warmup_step_s) == 2 + 1 and all(x > 0 for x in s.warmup_step_s)
     assert all(len(getattr(s, name)) == 5 for name in COLUMNS)
     _assert_parts_add_up(s)
     assert all(b >= 1 for b in s.buckets)  # the comm hook saw every step's all-reduce
@@ -230,10 +230,12 @@ def test_timed_loop_reads_marks_lag_steps_later(tmp_path, group):
         (0, [], 1),
         (0, [], 2),
         (1, [], 2),  # step 0's marks read after step 2
-        (3, [], 1),  # the window starts: the warm-up's pending steps are read first
-        (3, [], 2),
-        (3, [3], 2),
-        (3, [3, 4], 2),
+        # the window starts: the warm-up's pending steps are read first, then the refill's one
+        # step (a batch was taken ready) is taken and read before the window's first
+        (4, [], 1),
+        (4, [], 2),
+        (4, [3], 2),
+        (4, [3, 4], 2),
     ]
     loop.finish()  # the last steps are read after the loop
     assert s.step == [3, 4, 5, 6] and not loop.pending
@@ -435,3 +437,64 @@ def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group, mo
     pace = (sum(s.step_s) / 24) / (sum(s.step_s[18:]) / 6)
     assert d.last_quarter_ceiling_fraction == pytest.approx(burst.ceiling_fraction * pace)
     assert d.last_quarter_ceiling_fraction < burst.ceiling_fraction
+
+
+class _FreedTogetherLoader(VerifyLoader):
+    """A loader with ``workers`` workers, each making every ``workers``-th batch into its own
+    queue of ``prefetch``, delivered in order as DataLoader's are. A batch takes ``make_s``, and
+    ``extra_s`` more for each other worker that started one in the 20 ms before it: workers
+    freed at once are served one after another (run 16: 16 wds workers freed together on 14
+    free cores, one batch 440 ms late); kept busy one at a time, as a loader ahead of the step
+    is, they hardly meet."""
+
+    def __init__(self, inner: VerifyLoader, workers: int, make_s: float, extra_s: float,
+                 prefetch: int = 2) -> None:  # fmt: skip
+        self.inner, self.workers, self.prefetch = inner, workers, prefetch
+        self.make_s, self.extra_s = make_s, extra_s
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __iter__(self):
+        import queue
+        import threading
+
+        batches = list(self.inner)
+        queues = [queue.Queue(maxsize=self.prefetch) for _ in range(self.workers)]
+        starts: list[float] = []
+        lock = threading.Lock()
+
+        def work(w: int) -> None:
+            for batch in batches[w :: self.workers]:
+                with lock:
+                    now = time.perf_counter()
+                    together = sum(now - t < 0.02 for t in starts[-self.workers :])
+                    starts.append(now)
+                time.sleep(self.make_s + together * self.extra_s)
+                queues[w].put(batch)
+
+        for w in range(self.workers):
+            threading.Thread(target=work, args=(w,), daemon=True).start()
+        for i in range(len(batches)):
+            yield queues[i % self.workers].get()
+
+
+def test_workers_freed_together_refill_before_the_window(tmp_path, group):
+    """4 workers, 30 ms a batch alone, against a 60 ms step: a loader that keeps up. Taking its
+    ready batches at the warm-up's end frees all four at once; their next batches come 150, 300
+    and 450 ms after the first, and the window's first steps would wait for them (run 16's wds
+    at 256 per GPU: 6-7.5% of its window, in its first 8 steps). The refill steps take that:
+    with ``TimedLoop.refill`` a no-op, this loader's first 8 window steps waited 0.24-0.32 s on
+    an idle 2-core VM (0.01-0.14 s with 2-4 busy loops beside it, the workers then not freed
+    together: too loose for a test), here 0.00-0.01 s."""
+    args = _args(tmp_path, warmup=4, steps=16)
+    inner = make_loader("synthetic", "", 4, rank=0, world_size=1, local_rank=0, image_size=32,
+                        workers=None, seed=0, device=group.device, num_classes=10,
+                        synthetic_batches=64)  # fmt: skip
+    loader = _FreedTogetherLoader(inner, workers=4, make_s=0.03, extra_s=0.15)
+    loop, s = _loop(args, group, loader)
+    loop.training.ddp.module.register_forward_pre_hook(lambda module, inputs: time.sleep(0.06))
+    loop.run()
+    assert s.skipped_ready >= 1
+    assert len(s.warmup_step_s) == 4 + s.skipped_ready  # the refill's steps, unmeasured
+    assert sum(s.data_wait_s[:8]) < 0.05  # the workers' turns spread out again before the window
