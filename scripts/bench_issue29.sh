@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 29's done-when on one H200, as a queue that runs across device calls (each call at most
 # 600 s): the defaults at 64 and 256 per GPU in 3 verify repeats each (paired blocks on), scan's
-# prediction at each size with `feedbench compare` against them, then extras while time is left.
+# prediction at each size with `feedbench compare` against them, then extras while time is left
+# (x256, x64: run 16's slower DALI step and torch's at 64, one thing varied a run, paired).
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
 # LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status), the results
 # in RUNS, both on the warm machine, so the next call goes on where this one stopped.
@@ -13,6 +14,7 @@
 #
 # Environment: DATA (default /tmp/fb32k), RUNS (/tmp/runs), QUEUE (/tmp/issue29.queue), LIMIT_S (560).
 set -uo pipefail
+case "${1:-}" in -h | --help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
 export DATA=${DATA:-/tmp/fb32k} RUNS=${RUNS:-/tmp/runs} OUT=${OUT:-results}
 QUEUE=${QUEUE:-/tmp/issue29.queue}
@@ -29,6 +31,8 @@ TASKS=(
   "c256-r2|240|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
   "s256|200|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
   "c256-r3|240|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
+  "x256|150|STEPS=100 VARIANTS='b256-dali-pace2|256|dali|-o dali:pace=2;b256-dali-cpu|256|dali|-o dali:decode=cpu' bash $S list"
+  "x64|150|STEPS=200 VARIANTS='b64-dali-pace2|64|dali|-o dali:pace=2;b64-torch-fast|64|torch|-o torch:decoder=simplejpeg-fast' bash $S list"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
 )
 estimate() {  # estimate NAME DEFAULT: the last run of NAME's kind, 10% over, else DEFAULT
