@@ -4,19 +4,24 @@
 # prediction at each size with `feedbench compare` against them, then extras while time is left
 # (x256, x64: run 16's slower DALI step and torch's at 64, one thing varied a run, paired).
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
-# LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status), the results
-# in RUNS, both on the warm machine, so the next call goes on where this one stopped.
+# LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status; a failed
+# task stops the call and runs again in the next), the results in RUNS, both on the warm machine,
+# so the next call goes on where this one stopped.
 #
 # Machine: run-tool kind nvidia-h200, the DALI parts copied to /tmp/asm and .xfer/extra.tar
 # carried in the first call that sources scripts/device_env.sh. Each call, from the repository root:
 #
 #   . scripts/device_env.sh && bash scripts/bench_issue29.sh     # → $OUT/0-smallbatch.tar.gz
 #
-# Environment: DATA (default /tmp/fb32k), RUNS (/tmp/runs), QUEUE (/tmp/issue29.queue), LIMIT_S (560).
+# Environment: DATA (default /tmp/fb32k, made with IMAGES=32768 if missing), RUNS (/tmp/runs), QUEUE (/tmp/issue29.queue), LIMIT_S (560).
 set -uo pipefail
 case "${1:-}" in -h | --help) sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
 cd "$(dirname "$0")/.."
-export DATA=${DATA:-/tmp/fb32k} RUNS=${RUNS:-/tmp/runs} OUT=${OUT:-results}
+export DATA=${DATA:-/tmp/fb32k} IMAGES=${IMAGES:-32768} RUNS=${RUNS:-/tmp/runs} OUT=${OUT:-results}
+python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || {
+  echo "error: no CUDA GPU here: this queue is for the GPU machine" >&2
+  exit 2
+}
 QUEUE=${QUEUE:-/tmp/issue29.queue}
 LIMIT_S=${LIMIT_S:-560}
 S=scripts/bench_smallbatch.sh
@@ -43,7 +48,7 @@ estimate() {  # estimate NAME DEFAULT: the last run of NAME's kind, 10% over, el
 t0=$SECONDS
 for task in "${TASKS[@]}"; do
   IFS='|' read -r name default cmd <<< "$task"
-  grep -q "^$name|" "$QUEUE" && continue
+  grep -q "^$name|.*|0$" "$QUEUE" && continue  # done; a task that failed runs again
   need=$(estimate "$name" "$default")
   if [ $((SECONDS - t0 + need)) -gt "$LIMIT_S" ]; then
     echo "queue: $name needs ~${need} s, $((LIMIT_S - SECONDS + t0)) s left in this call: next call"
@@ -55,7 +60,11 @@ for task in "${TASKS[@]}"; do
   rc=$?
   echo "$name|$((SECONDS - s))|$rc" >> "$QUEUE"
   echo "== $name: $((SECONDS - s)) s, exit $rc"
+  if [ "$rc" != 0 ]; then
+    echo "queue: $name failed (exit $rc): stopped here; the next call runs it again" >&2
+    break
+  fi
 done
 cp "$QUEUE" "$RUNS/queue.txt" 2>/dev/null
 tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
-grep -c . "$QUEUE" | sed "s/^/queue: tasks done /; s/$/ of ${#TASKS[@]}/"
+grep -c '|0$' "$QUEUE" | sed "s/^/queue: tasks done /; s/$/ of ${#TASKS[@]}/"
