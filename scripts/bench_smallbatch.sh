@@ -105,11 +105,16 @@ case "$MODE" in
     ;;
   check)
     B=${2:-64}
+    failed=0
     for r in $(seq "${FIRST:-1}" "${REPEAT:-3}"); do  # FIRST: a later call's first repeat
       t0=$SECONDS
+      set +e  # a failed verify is reported at the end (exit status), the repeats go on
       "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$B" --steps "$STEPS" \
-        --loader torch,dali,wds --json "$RUNS/check$TAG-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds)" || true
-      echo "repeat $r: $((SECONDS - t0)) s"
+        --loader torch,dali,wds --json "$RUNS/check$TAG-b$B-r$r.json" | grep -E "^(synthetic|torch|dali|wds|error)"
+      rc=${PIPESTATUS[0]}  # verify's own exit status, not grep's
+      set -e
+      echo "repeat $r: $((SECONDS - t0)) s, verify exit $rc"
+      [ "$rc" = 0 ] || failed=$rc
       tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
     done
     ;;
@@ -152,3 +157,4 @@ esac
 ls "$RUNS"/check*.json "$RUNS"/b*.json >/dev/null 2>&1 &&
   { "$PY" scripts/verify_table.py "$RUNS"/check*.json "$RUNS"/b*.json 2>/dev/null || true; }
 tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
+exit "${failed:-0}"  # check: non-zero when a verify failed
