@@ -12,6 +12,7 @@ most 8 MiB).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import tempfile
@@ -227,18 +228,64 @@ def detect_files(path: str | None, progress: Callable[[int], None] | None = None
         raise FeedbenchError(str(e)) from None
 
 
+LISTING_PREFIX = "feedbench-listing-"
+LISTING_LOCK = "owner.lock"  # flock'd by the scan that made the folder, while it runs
+
+
 @contextlib.contextmanager
 def shared_listing(source: Source, path: str, fmt: str, loader: str | None = None):
     """Hand this listing to the consumer processes started meanwhile (they inherit the
     environment): N consumers then cost one listing, not N + 1 (over HTTP, asking every object's
-    size again). A folder of this process's (:func:`save_listing`), removed after. Yields it."""
-    folder = os.path.join(tempfile.mkdtemp(prefix="feedbench-listing-"), "listing")
+    size again). A folder of this process's (:func:`save_listing`), removed after. Yields it.
+
+    A scan killed outright (SIGKILL, the OOM killer) cannot remove it, and at 1.28 M files it is
+    tens of MB: the folder's lock file is held while it is in use, and each scan first removes
+    the folders whose lock nobody holds (:func:`sweep_listings`)."""
+    sweep_listings()
+    top = tempfile.mkdtemp(prefix=LISTING_PREFIX)
+    folder = os.path.join(top, "listing")
+    lock = None
     try:
+        lock = _hold(os.path.join(top, LISTING_LOCK))
         save_listing(source, path, fmt, loader, folder)
         with environ(LISTING_ENV, folder):
             yield folder
     finally:
-        shutil.rmtree(os.path.dirname(folder), ignore_errors=True)
+        shutil.rmtree(top, ignore_errors=True)
+        if lock is not None:
+            os.close(lock)
+
+
+def _hold(path: str) -> int:
+    """An exclusive flock on a new file at ``path``, held until the descriptor is closed or the
+    process has ended. Locked under another name, then renamed: a sweep never finds it unlocked."""
+    fd = os.open(f"{path}.new", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(f"{path}.new", path)
+    return fd
+
+
+def sweep_listings(tmp: str | None = None) -> int:
+    """Remove the listing folders of scans that ended without removing them (their lock is
+    free); returns how many. A folder being made (no lock file yet) or in use is left alone."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(tmp or tempfile.gettempdir()) as entries:
+        for entry in entries:
+            if not entry.name.startswith(LISTING_PREFIX) or not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                fd = os.open(os.path.join(entry.path, LISTING_LOCK), os.O_RDWR)
+            except OSError:
+                continue  # no lock file: another scan's, just made, or not ours to judge
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # held: a scan still running
+            finally:
+                os.close(fd)  # (releases the lock just taken, if taken)
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed += 1
+    return removed
 
 
 def save_listing(source: Source, path: str, fmt: str, loader: str | None, folder: str) -> None:
