@@ -2,8 +2,8 @@
 # Issue 29's done-when on one H200, as a queue that runs across device calls (each call at most
 # 600 s): the defaults at 256 and 64 per GPU in 3 verify repeats each (paired blocks on), scan's
 # prediction at each size with `feedbench compare` against them, then extras while time is left
-# (x64, x256: run 17's best DALI variants again, paired: 8 threads or no pacing at 64, the CPU
-# decode with the GPU resize at 256).
+# (x256: run 17's best DALI variant at 256 again, paired: the CPU decode with the GPU resize;
+# run 18 settled 8 threads against 16 at 64: no difference).
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
 # LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status; a failed
 # task stops the call and runs again in the next), the results in RUNS, both on the warm machine,
@@ -37,7 +37,6 @@ TASKS=(
   "c64-r3|220|FIRST=3 REPEAT=3 STEPS=200 bash $S check 64"
   "s64|220|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
   "s256|230|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
-  "x64|220|STEPS=200 VARIANTS='b64-dali-w8-a|64|dali|--workers 8;b64-dali-w8-b|64|dali|--workers 8;b64-dali-pace0-b|64|dali|-o dali:pace=0' bash $S list"
   "x256|180|STEPS=100 VARIANTS='b256-dali-cpurg-a|256|dali|-o dali:decode=cpu -o dali:resize=gpu;b256-dali-cpurg-b|256|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
 )
