@@ -61,11 +61,15 @@ one() {  # one() NAME BATCH LOADER [options...]: one verify run to OUT/NAME.json
   shift 3
   local extra=(--no-synthetic)
   [ "$loader" = synthetic ] && extra=()
-  local t0=$SECONDS
+  local t0=$SECONDS rc
+  set +e  # a failed run is reported at the end (exit status), the next runs go on
   "$PY" -m feedbench.cli verify "$DATA" "${COMMON[@]}" -b "$batch" --steps "$STEPS" \
     --loader "$loader" "${extra[@]}" "$@" --json "$RUNS/$name.json" \
-    | grep -E "^($loader|error)" | sed "s/^/$name: /" || true
-  echo "$name: $((SECONDS - t0)) s"
+    | grep -E "^($loader|error)" | sed "s/^/$name: /"
+  rc=${PIPESTATUS[0]}  # verify's own exit status
+  set -e
+  [ "$rc" = 0 ] || failed=$rc
+  echo "$name: $((SECONDS - t0)) s, verify exit $rc"
   # everything so far in one file (the run tool returns a few files per call; a call cut
   # short by its time limit still returns this)
   tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
@@ -157,4 +161,4 @@ esac
 ls "$RUNS"/check*.json "$RUNS"/b*.json >/dev/null 2>&1 &&
   { "$PY" scripts/verify_table.py "$RUNS"/check*.json "$RUNS"/b*.json 2>/dev/null || true; }
 tar -czf "$OUT/0-smallbatch.tar.gz" -C "$RUNS" . 2>/dev/null || true
-exit "${failed:-0}"  # check: non-zero when a verify failed
+exit "${failed:-0}"  # check, list, diag: non-zero when a verify failed
