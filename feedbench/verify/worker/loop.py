@@ -138,9 +138,7 @@ class TimedLoop:
         self.trace(step)
         if step == self.args.warmup:
             self.start_window()
-        self.pending.append(self.train(step))
-        while len(self.pending) > self.clock.lag:
-            self.record(self.pending.popleft())
+        self.queue(self.train(step), self.record)
         if step >= self.args.warmup and time.monotonic() - self.flushed_mono > self.flush_every_s:
             write_part(self.part, self.series, False)
             self.flushed_mono = time.monotonic()
@@ -199,16 +197,12 @@ class TimedLoop:
                 self.batches = loader_batches if source == "loader" else synthetic
                 for _ in range(block_steps):
                     owner[step] = block
-                    self.pending.append(self.train(step))
-                    while len(self.pending) > self.clock.lag:
-                        self.file_paired(self.pending.popleft(), owner)
+                    self.queue(self.train(step), lambda m: self.file_paired(m, owner))
                     step += 1
                     if time.monotonic() - self.flushed_mono > self.flush_every_s:
                         write_part(self.part, self.series, False)
                         self.flushed_mono = time.monotonic()
-            self.clock.sync()
-            while self.pending:
-                self.file_paired(self.pending.popleft(), owner)
+            self.drain(lambda m: self.file_paired(m, owner))
         finally:
             self.batches = loader_batches
 
@@ -309,12 +303,20 @@ class TimedLoop:
         happens once, at the start. A loader slower than the step waits through these steps as
         it would in the window, so its rate there is not changed."""
         for _ in range(self.series.skipped_ready or 0):
-            self.pending.append(self.train(-1))  # a step number before the window's: warm-up
-            while len(self.pending) > self.clock.lag:
-                self.record(self.pending.popleft())
+            self.queue(self.train(-1), self.record)  # a step number before the window's: warm-up
+        self.drain(self.record)
+
+    def queue(self, m: Marks, file) -> None:
+        """A step's marks queued; those ``clock.lag`` steps old are read and filed (``file``)."""
+        self.pending.append(m)
+        while len(self.pending) > self.clock.lag:
+            file(self.pending.popleft())
+
+    def drain(self, file) -> None:
+        """Every queued step's marks read (after the device is done) and filed."""
         self.clock.sync()
         while self.pending:
-            self.record(self.pending.popleft())
+            file(self.pending.popleft())
 
     def finish(self) -> None:
         """The end of the measured window: the last steps read, the window's length recorded."""
