@@ -267,13 +267,16 @@ def _hold(path: str) -> int:
 
 def sweep_listings(tmp: str | None = None) -> int:
     """Remove the listing folders of scans that ended without removing them (their lock is
-    free); returns how many. A folder being made (no lock file yet) or in use is left alone."""
+    free); returns how many. A folder being made (no lock file yet), in use, or another user's
+    is left alone."""
     removed = 0
     with contextlib.suppress(OSError), os.scandir(tmp or tempfile.gettempdir()) as entries:
         for entry in entries:
             if not entry.name.startswith(LISTING_PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
             try:
+                if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                    continue  # another user's (a shared /tmp): theirs to remove
                 fd = os.open(os.path.join(entry.path, LISTING_LOCK), os.O_RDWR)
             except OSError:
                 continue  # no lock file: another scan's, just made, or not ours to judge

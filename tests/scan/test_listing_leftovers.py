@@ -12,6 +12,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from feedbench.scan.sources import (
     LISTING_LOCK,
     LISTING_PREFIX,
@@ -81,6 +83,17 @@ def test_sweep_leaves_what_it_cannot_judge(tmp_path):
         os.close(fd)
     assert new.is_dir() and other.is_dir() and held.is_dir()
     assert sweep_listings(str(tmp_path)) == 1 and not held.exists()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user's needs root")
+def test_another_users_listing_is_left_alone(tmp_path):
+    theirs = tmp_path / f"{LISTING_PREFIX}theirs"
+    theirs.mkdir()
+    (theirs / LISTING_LOCK).touch()  # free: its scan has ended, but not ours to remove
+    os.chown(theirs, 65534, 65534)
+    assert sweep_listings(str(tmp_path)) == 0 and theirs.is_dir()
+    os.chown(theirs, 0, 0)
+    assert sweep_listings(str(tmp_path)) == 1 and not theirs.exists()
 
 
 def test_a_listing_left_normally_is_removed(tmp_path, monkeypatch):
