@@ -257,13 +257,16 @@ def test_the_step_alone_is_measured_before_and_after_the_pass(alone, window, ext
         None, np.empty(0, np.int64), (), rank=0, batch_size=4, workers=0,
         steps=StepOptions(step_s=0.02, warmup_batches=1), batches=iter(items), accelerator=step,
     )  # fmt: skip
-    assert stats.batches == 21 and stats.warmup_batches == 1
+    # the warm-up is found from the batches' ready times: one asked for, a second where the
+    # scheduler delayed a batch (two busy cores); the window is what follows it
+    assert stats.batches == 21 and 1 <= stats.warmup_batches <= 3
+    n = stats.batches - stats.warmup_batches
     assert stats.emulate == "gpu" and stats.step_alone_s == alone[0]  # before the pass
     bracket_step_alone(stats, step)
     assert stats.step_alone_before_s == alone[0] and stats.step_alone_after_s == alone[1]
     assert stats.step_alone_s == pytest.approx(sum(alone) / 2)
-    assert stats.step_extra_s / 20 == pytest.approx(extra_ms / 1e3, abs=1e-9)
-    own = 20 * (window - extra_ms / 1e3)
+    assert stats.step_extra_s / n == pytest.approx(extra_ms / 1e3, abs=1e-9)
+    own = n * (window - extra_ms / 1e3)
     lost = stats.data_wait_s + stats.sync_wait_s + stats.step_extra_s
     assert stats.au == pytest.approx(own / (own + lost))
 
