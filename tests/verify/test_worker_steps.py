@@ -7,7 +7,6 @@ import inspect
 import json
 import os
 import re
-import statistics
 import sys
 import time
 import types
@@ -396,9 +395,11 @@ def test_a_slow_first_step_gives_the_loader_no_head_start(
     # ~7 batches queued during the slow first step, unprimed; taken, if skipped, at its end
     assert (s.skipped_ready >= 5) == (skip and not prime)
     if prime or skip:
-        # every step of the window waits for the loader and is paced at its 500 ms; the wait is
-        # the rest of it after the compute
-        assert statistics.median(s.step_s) > 0.4 and wait > 0.02
+        # the window waits for the loader and ends paced at its 500 ms; the wait is the rest of
+        # it after the compute. (The skip stops at the first next() over 5 ms: on two loaded
+        # cores a preempted get of a ready batch can be one, leaving a batch or two ready for
+        # the window's first steps, so its last two steps are the ones held to the pace.)
+        assert min(s.step_s[-2:]) > 0.4 and wait > 0.02
     else:
         assert wait < 0.01  # the run takes 6 of the ~7 queued
 
