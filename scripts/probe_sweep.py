@@ -49,7 +49,13 @@ def main() -> int:
     ap.add_argument("--stale", type=int, default=1000, help="abandoned listing folders")
     ap.add_argument("--dir", default=None, help="where to make the folder (default: the temp dir)")
     args = ap.parse_args()
-    folder = tempfile.mkdtemp(prefix="probe-sweep-", dir=args.dir)
+    if args.entries < 0 or args.stale < 1:
+        ap.error("--entries takes 0 or more, --stale 1 or more")
+    try:
+        folder = tempfile.mkdtemp(prefix="probe-sweep-", dir=args.dir)
+    except OSError as e:
+        print(f"error: cannot make a folder in {args.dir}: {e.strerror}", file=sys.stderr)
+        return 2
     try:
         fill(folder, args.entries, args.stale)
         removed, first = timed_sweep(folder)
