@@ -52,9 +52,7 @@ class DevicePrefetcher:
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
                 if self.slots is not None:  # the slot goes back once this copy is done
-                    done = torch.cuda.Event()
-                    done.record(stream)
-                    self.slots.copied(done)
+                    self.slots.copied(stream)
                 return self.normalize(images), labels, keys
 
         nxt = issue()

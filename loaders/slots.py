@@ -98,12 +98,16 @@ class BatchSlots:
         # a view of the buffer's flag bytes, made once (its storage outlives it)
         self._flags = self.buffer[self.flags_at : self.flags_at + self.count].numpy()
         self._pending: collections.deque = collections.deque()  # (slot, copy done event | None)
+        self._events: list | None = None  # a CUDA event per slot, made once (see copied)
+        # each slot's (images, labels) views, made once: a batch is then no tensor operation
+        # on the training thread but a slice when it is short
+        self._views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._last: int | None = None  # the slot taken last, whose copy is issued next
         self._pinned: weakref.finalize | None = None
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for name in ("_flags", "_pending", "_last", "_pinned"):
+        for name in ("_flags", "_pending", "_events", "_views", "_last", "_pinned"):
             state.pop(name)
         return state
 
@@ -112,11 +116,14 @@ class BatchSlots:
         self._main_state()
 
     def _slot(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if slot in self._views:
+            return self._views[slot]
         start = slot * self.slot_bytes
         n, h, w, c = self.shape
         images = self.buffer[start : start + n * h * w * c].view(self.shape)
         at = start + self.label_at
         labels = self.buffer[at : at + 8 * n].view(torch.int64)
+        self._views[slot] = images, labels
         return images, labels
 
     # --- in a worker ------------------------------------------------------------------------
@@ -143,7 +150,9 @@ class BatchSlots:
         self._flags[batch.slot] = 1
         self._last = batch.slot
         images, labels = self._slot(batch.slot)
-        return images[: batch.n], labels[: batch.n]
+        if batch.n < len(labels):
+            return images[: batch.n], labels[: batch.n]
+        return images, labels
 
     def unpack(self, batch: SlotBatch, copy: bool) -> tuple[torch.Tensor, ...]:
         """(images, labels, keys) of a worker's batch: views of its slot, to be copied to the GPU
@@ -161,11 +170,21 @@ class BatchSlots:
         if self._last == slot:
             self._last = None
 
-    def copied(self, event) -> None:
-        """The last slot taken is being copied to the GPU; ``event`` completes with the copy."""
-        if self._last is not None:
-            self._pending.append((self._last, event))
-            self._last = None
+    def copied(self, stream) -> None:
+        """The last slot taken is being copied to the GPU on ``stream`` (None: copied on the
+        host already). The slot's own event, recorded there, completes with the copy: one event
+        per slot, reused, since a slot is copied again only after :meth:`hand_back` waited for
+        its event (a new event a batch is a Python object and a driver call more a step)."""
+        if self._last is None:
+            return
+        event = None
+        if stream is not None:
+            if self._events is None:
+                self._events = [torch.cuda.Event() for _ in range(self.count)]
+            event = self._events[self._last]
+            event.record(stream)
+        self._pending.append((self._last, event))
+        self._last = None
 
     def hand_back(self) -> None:
         """Every slot whose copy was issued, once the copy is done: called before waiting for
