@@ -1,14 +1,15 @@
 """The DALI backend: GPU (nvJPEG + hardware decoder) or CPU pipelines for image trees and shards.
 
-ORDER, training on a tree: torch's. Batch ``b`` of epoch ``e`` on rank ``r`` is the torch
-backend's: indices ``[b·B, (b+1)·B)`` of :func:`loaders.dist.shard_indices` (DistributedSampler
-for ``seed`` and ``e`` on the GLOBAL rank ``r``, padded to ``ceil(N/W)`` by repeating the start of
-the permutation; ``drop_last`` drops the short last batch). The files go in through an external
-source (:class:`DealtFiles`, batch by batch, with the indices as the keys) and DALI's CPU threads
-read them (``fn.io.file.read``); no DALI shuffle. The source never ends: after an epoch's last
-batch come the next epoch's first, so DALI prefetches across the boundary, and ``set_epoch(k)`` on a
-new loader (``--start-epoch k``) gives exactly epoch k's order. (A rebuilt pipeline per epoch with
-``files=`` was the other way; it would restart DALI, and its prefetch, at every epoch.)
+ORDER, training on a tree: torch's. Batch ``b`` of epoch ``e`` on rank ``r`` is the torch backend's:
+indices ``[b·B, (b+1)·B)`` of :func:`loaders.dist.shard_indices` (DistributedSampler for ``seed``
+and ``e`` on the GLOBAL rank ``r``, padded to ``ceil(N/W)`` by repeating the start of the
+permutation; ``drop_last`` drops the short last batch). The files go in through an external source
+(:class:`DealtFiles`, batch by batch, with their labels, and their indices as the keys when asked
+for) and DALI's CPU threads read them (``fn.io.file.read``); no DALI shuffle. The source never ends:
+after an epoch's last batch come the next epoch's first, so DALI prefetches across the boundary, and
+``set_epoch(k)`` on a new loader (``--start-epoch k``) gives exactly epoch k's order. (A rebuilt
+pipeline per epoch with ``files=`` was the other way; it would restart DALI, and its prefetch, at
+every epoch.)
 
 ORDER, training on shards: a pipeline per epoch. Its webdataset reader gets the shards (and their
 index files) in epoch ``e``'s order, the wds backend's :func:`loaders.wds_backend.shard_order`
@@ -287,12 +288,12 @@ class DaliLoader(LoaderBase):
             enable_checkpointing=True,  # state_dict; DALI documents no cost
         )
         def pipeline():
-            jpegs, extra = self._read()
+            jpegs, extra, keys = self._read()
             images, mirror = self._decode(jpegs)
             if self.dali_augment is not None:
                 images = self._augment(images)
             images = self._normalise(images, mirror)
-            outputs = [images, extra]
+            outputs = [images, extra] + ([keys] if self._keys_out else [])
             if self._with_source:
                 outputs.append(self._source(jpegs))
             return tuple(outputs)
@@ -301,7 +302,8 @@ class DaliLoader(LoaderBase):
         self._left = None
         self._plan = tuple(plan or (epoch, 0)) if self._dealt else None
         self._built = epoch  # (read by _read while the graph is defined, below)
-        names = ["images", "extra"] + (["source"] if self._with_source else [])
+        names = ["images", "extra"] + (["keys"] if self._keys_out else [])
+        names += ["source"] if self._with_source else []
         # a reader's epochs end (the iterator resets); a dealt source runs on (ORDER); a
         # pipeline per epoch is not reset (it would start reading an epoch nobody asks for)
         ends = {} if self._dealt else dict(reader_name=READER, auto_reset=not self._per_epoch)
@@ -323,6 +325,12 @@ class DaliLoader(LoaderBase):
     def _with_source(self) -> bool:
         return self.return_keys and self.index.kind == "shards"
 
+    @property
+    def _keys_out(self) -> bool:
+        """A dealt pipeline's keys are an output of their own, made only when asked for (its
+        labels come out as ``extra``)."""
+        return self.return_keys and self._dealt
+
     def _reader_args(self) -> dict:
         return dict(
             shard_id=self.info.rank,  # the GLOBAL rank: the local rank only picks the GPU
@@ -338,8 +346,9 @@ class DaliLoader(LoaderBase):
         )
 
     def _read(self):
-        """(encoded images, keys or label digits): the dealt files (ORDER), or the file
-        reader (evaluation on a tree: the index order) or the webdataset reader (shards)."""
+        """(encoded images, labels or keys or label digits, keys or None): the dealt files
+        (ORDER; labels, then keys), or the file reader (evaluation on a tree: the index order;
+        keys) or the webdataset reader (shards; label digits)."""
         from nvidia.dali import fn
 
         index = self.index
@@ -349,7 +358,7 @@ class DaliLoader(LoaderBase):
                 return self._dealt_read()
             files = index.paths.tolist()
             labels = list(range(len(index)))  # the sample index: every batch's keys
-            return fn.readers.file(files=files, labels=labels, **self._reader_args())
+            return *fn.readers.file(files=files, labels=labels, **self._reader_args()), None
         order = np.arange(len(index.shards))
         if self._per_epoch:  # ORDER: this epoch's shard order, the wds backend's
             assert self._built is not None
@@ -362,27 +371,33 @@ class DaliLoader(LoaderBase):
             **self._reader_args(),
         )
         digits = fn.slice(cls, 0, LABEL_DIGITS, axes=[0], out_of_bounds_policy="trim_to_shape")
-        return jpegs, fn.pad(digits, fill_value=0, shape=[LABEL_DIGITS])
+        return jpegs, fn.pad(digits, fill_value=0, shape=[LABEL_DIGITS]), None
 
     def _dealt_read(self):
         """ORDER: the files of this rank's batches, from :class:`DealtFiles`, read by DALI's
-        CPU threads (``fn.io.file.read``), with their indices as the keys."""
+        CPU threads (``fn.io.file.read``), with their labels (on the GPU in a GPU pipeline: DALI
+        copies them with the batch, so handing a batch over launches nothing for them) and
+        their indices as the keys."""
         from nvidia.dali import fn, types
 
         assert self.index.paths is not None and self._plan is not None
         i = self.info
         source = DealtFiles(
             self.index.paths, len(self.index), i.rank, i.world_size, self.seed,
-            self.batch_size, len(self), self._plan,
+            self.batch_size, len(self), self._plan, labels=self.index.labels, keys=self._keys_out,
         )  # fmt: skip
-        paths, keys = fn.external_source(
+        outputs = fn.external_source(
             source=source,
-            num_outputs=2,
+            num_outputs=3 if self._keys_out else 2,
             batch=True,
             batch_info=True,  # the iteration: what a checkpoint restores
-            dtype=[types.UINT8, types.INT64],
+            dtype=[types.UINT8, types.INT64, types.INT64][: 3 if self._keys_out else 2],
         )
-        return fn.io.file.read(paths, dont_use_mmap=self.dont_use_mmap), keys
+        paths, labels = outputs[0], outputs[-1]
+        keys = outputs[1] if self._keys_out else None
+        if self.gpu:
+            labels = labels.gpu()
+        return fn.io.file.read(paths, dont_use_mmap=self.dont_use_mmap), labels, keys
 
     def _decode_args(self) -> dict:
         if self.decode != "gpu":
@@ -617,18 +632,22 @@ class DaliLoader(LoaderBase):
     def _outputs(self, out: dict, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One batch; nothing here makes the host wait for the GPU (that is ``pace``'s choice).
 
-        The images are already on the device (DALI copies them on the current stream); labels
-        are made on the host from the reader's CPU outputs and copied from pinned memory with
-        ``non_blocking``.
+        The images are already on the device (DALI copies them on the current stream); so are
+        a dealt pipeline's labels. A reader's labels are made on the host from its CPU outputs
+        and copied from pinned memory with ``non_blocking``.
         """
-        images = out["images"][:n]
-        extra = out["extra"][:n]
+        images, extra = out["images"], out["extra"]
+        if n < len(images):  # (a full batch: no slicing op on the training thread)
+            images, extra = images[:n], extra[:n]
         if images.device != self.device:
             images = images.to(self.device, non_blocking=True)
         if self.channels_last:
             images = images.permute(0, 3, 1, 2)  # NHWC memory = NCHW channels_last
         if images.dtype != self.dtype:
             images = images.to(self.dtype)
+        if self._dealt:  # labels, on the device already (and keys if asked for)
+            keys = out["keys"][:n].reshape(-1) if "keys" in out else torch.empty(0)
+            return images, extra.reshape(-1), keys
         extra = extra.cpu()  # the reader's outputs: already on the host in a GPU pipeline
         if self.index.kind == "tree":
             keys = extra.reshape(-1).to(torch.int64)

@@ -67,21 +67,31 @@ class DealtFiles:
     """ORDER: the external source of a dealt pipeline (training on a tree). Batch ``b`` of
     epoch ``e`` is this rank's indices ``[b·B, (b+1)·B)`` of :func:`loaders.dist.shard_indices`
     (torch's DistributedSampler for ``seed`` and ``e``: the torch backend's order), as the
-    files' encoded paths and the indices (the batch's keys). The epoch's last batch, when
-    short, is filled with repeats of its last sample (trimmed by the loader, as DALI's FILL).
+    files' encoded paths, then the indices (the batch's keys; unless ``keys=False``), then,
+    given ``labels`` (each index's class), the labels. The epoch's last batch, when short, is
+    filled with repeats of its last sample (trimmed by the loader, as DALI's FILL).
 
     The source never ends: after ``batches`` batches of an epoch come the next epoch's, so
     DALI prefetches across the boundary. DALI calls it with the pipeline's iteration (counted
     from ``start``, the ``(epoch, batch)`` the pipeline began at; restored with a checkpoint).
+
+    DALI calls it on the training thread, once a step: the arrays are made ``BLOCK`` batches at
+    a time and each call hands out views (issue 29: the host time of a small batch's step).
     """
 
+    BLOCK = 32  # batches whose arrays are made at once
+
     def __init__(
-        self, paths, n: int, rank: int, world: int, seed: int, batch: int, batches: int, start
-    ) -> None:
+        self, paths, n: int, rank: int, world: int, seed: int, batch: int, batches: int, start,
+        labels=None, keys: bool = True,
+    ) -> None:  # fmt: skip
         self.buffer, self.offsets = paths.buffer, paths.offsets
         self.n, self.rank, self.world, self.seed = n, rank, world, seed
         self.batch, self.batches, self.start = batch, batches, start
+        self.labels = None if labels is None else np.asarray(labels, dtype=np.int64)
+        self.keys = keys
         self._orders: dict[int, np.ndarray] = {}
+        self._block: tuple[tuple[int, int], tuple[np.ndarray, ...]] | None = None
 
     def order(self, epoch: int) -> np.ndarray:
         """This rank's indices of ``epoch`` (the last two epochs asked for are kept)."""
@@ -93,16 +103,32 @@ class DealtFiles:
             )
         return self._orders[epoch]
 
-    def __call__(self, info) -> tuple[np.ndarray, np.ndarray]:
+    def rows(self, epoch: int, first: int, count: int) -> np.ndarray:
+        """The indices of batches ``first … first + count − 1`` of ``epoch``, ``count × B`` of
+        them: a short last batch filled with repeats of its last sample."""
+        rows = self.order(epoch)[first * self.batch : (first + count) * self.batch]
+        want = count * self.batch
+        if len(rows) < want:
+            rows = np.concatenate([rows, np.full(want - len(rows), rows[-1])])
+        return rows
+
+    def __call__(self, info) -> tuple[np.ndarray, ...]:
         at = self.start[1] + info.iteration
         epoch, b = self.start[0] + at // self.batches, at % self.batches
-        rows = self.order(epoch)[b * self.batch : (b + 1) * self.batch]
-        if len(rows) < self.batch:
-            rows = np.concatenate([rows, np.full(self.batch - len(rows), rows[-1])])
-        return self.paths(rows), rows.astype(np.int64).reshape(-1, 1)
+        first = b - b % self.BLOCK
+        if self._block is None or self._block[0] != (epoch, first):
+            rows = self.rows(epoch, first, min(self.BLOCK, self.batches - first))
+            arrays: tuple[np.ndarray, ...] = (self.paths(rows),)
+            if self.keys:
+                arrays += (rows.astype(np.int64).reshape(-1, 1),)
+            if self.labels is not None:
+                arrays += (self.labels[rows].reshape(-1, 1),)
+            self._block = ((epoch, first), arrays)
+        i = (b - first) * self.batch
+        return tuple(a[i : i + self.batch] for a in self._block[1])
 
     def paths(self, rows: np.ndarray) -> np.ndarray:
-        """The rows' encoded paths as one batch × longest array, NUL-padded (the file reader
+        """The rows' encoded paths as one rows × longest array, NUL-padded (the file reader
         stops at the first NUL): DALI takes one array in a third of the time it takes a list of
         a batch of them, on the training thread (BENCHMARKS.md, "DALI's dealt paths")."""
         start, end = self.offsets[rows], self.offsets[rows + 1]

@@ -391,6 +391,37 @@ def test_dealt_paths_are_one_nul_padded_array_of_the_rows_files():
     assert max(lengths) == got.shape[1]  # padded to the longest, no further
 
 
+def test_dealt_batches_made_a_block_at_a_time_are_each_batchs_own():
+    """DealtFiles makes its arrays BLOCK batches at a time (issue 29: one call a step on the
+    training thread): every batch, across blocks, epochs and a short last batch, is the one made
+    from its own rows: paths, keys and labels, and without keys when not asked for."""
+    from types import SimpleNamespace
+
+    from loaders import open_index
+    from loaders.dali_feed import DealtFiles
+
+    index = open_index(str(Path(__file__).parents[2] / "sample_data" / "images"))
+    n, batch = len(index), 5
+    batches = -(-n // batch)
+    assert n % batch and batches > 4  # a short last batch; blocks of 4 batches: several
+    labels = np.arange(n) * 7 % 5
+    dealt = DealtFiles(index.paths, n, 0, 1, 0, batch, batches, (1, 2), labels=labels)
+    dealt.BLOCK = 4  # several blocks in an epoch of this sample
+    bare = DealtFiles(index.paths, n, 0, 1, 0, batch, batches, (1, 2), keys=False)
+    for it in [0, 1, 5, 2, *range(3 * batches)]:  # out of order too (a restored checkpoint)
+        at = 2 + it
+        epoch, b = 1 + at // batches, at % batches
+        rows = dealt.order(epoch)[b * batch : (b + 1) * batch]
+        rows = np.concatenate([rows, np.full(batch - len(rows), rows[-1])])
+        paths, keys, got_labels = dealt(SimpleNamespace(iteration=it))
+        assert np.array_equal(keys.reshape(-1), rows)
+        assert np.array_equal(got_labels.reshape(-1), labels[rows])
+        for row, i in zip(paths, rows, strict=True):
+            assert row.tobytes().rstrip(b"\0").decode() == index.paths[int(i)]
+        (only,) = bare(SimpleNamespace(iteration=it))
+        assert np.array_equal(only[:, : paths.shape[1]], paths[:, : only.shape[1]])
+
+
 def test_the_fast_simplejpeg_decode_is_close_to_the_exact_one(dataset):
     """simplejpeg-fast (fast IDCT and chroma upsampling): the same crops, pixels a level or two
     apart, not the same decode; a loader built with it yields its batches."""
