@@ -60,8 +60,10 @@ def main() -> int:
         fill(folder, args.entries, args.stale)
         removed, first = timed_sweep(folder)
         again, second = timed_sweep(folder)
-        print(f"{args.entries} other entries, {args.stale} stale listings: removed {removed} "
-              f"in {first:.3f} s; a second sweep removed {again} in {second:.3f} s")
+        print(
+            f"{args.entries} other entries, {args.stale} stale listings: removed {removed} "
+            f"in {first:.3f} s; a second sweep removed {again} in {second:.3f} s"
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return 0 if removed == args.stale and again == 0 else 1
