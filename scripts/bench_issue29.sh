@@ -4,8 +4,9 @@
 # prediction at each size with `feedbench compare` against them, then extras while time is left
 # (x256: run 17's best DALI variant at 256 again, paired: the CPU decode with the GPU resize;
 # run 18 settled 8 threads against 16 at 64: no difference). 64 per GPU goes first: it has the
-# least evidence, and the whole queue (~2,500 s; run 19: a check at 64 took 227–273 s, its three
-# scans ~300 s) passes one session's 1,800 s of device time.
+# least evidence; its scans come right after its first check, so that scan and verify run minutes
+# apart on a host whose speed drifts (run 19). The whole queue (~2,500 s; run 19: a check at 64
+# took 227–273 s, its three scans ~300 s) passes one session's 1,800 s of device time.
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
 # LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status; a failed
 # task stops the call and runs again in the next), the results in RUNS, both on the warm machine,
@@ -32,9 +33,9 @@ touch "$QUEUE"
 # name|default estimate, s|command (kinds: the name up to its first '-')
 TASKS=(
   "c64-r1|280|FIRST=1 REPEAT=1 STEPS=200 bash $S check 64"
+  "s64|320|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
   "c64-r2|280|FIRST=2 REPEAT=2 STEPS=200 bash $S check 64"
   "c64-r3|280|FIRST=3 REPEAT=3 STEPS=200 bash $S check 64"
-  "s64|320|EMULATES=auto SCAN_REPEAT=3 bash $S scans 64"
   "c256-r1|230|FIRST=1 REPEAT=1 STEPS=100 bash $S check 256"
   "c256-r2|230|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
   "c256-r3|230|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
