@@ -231,3 +231,22 @@ def test_ddp_contract(tiny, backend, kind, world):
         assert r["again"] == first  # the same order for the same seed
     if world > 1:
         assert ranks[0]["epochs"][0]["keys"] != ranks[1]["epochs"][0]["keys"]
+
+
+def test_dali_training_on_a_tree_without_keys_keeps_labels_with_pixels(tiny):
+    """Without ``return_keys`` the dealt source makes no keys and the labels come out of the
+    pipeline alone (issue 29): each label still matches its image's tint, over two epochs."""
+    pytest.importorskip("nvidia.dali")
+    from loaders import build_loader
+
+    kw = dict(batch_size=BATCH, image_size=SIZE, seed=11, device="cpu", workers=2)
+    with build_loader(tiny["tree"], "dali", **kw) as loader:
+        seen = 0
+        for _ in range(2):
+            for batch in loader:
+                assert len(batch) == 2  # (images, labels): no keys
+                images, labels = batch
+                assert labels.dtype == torch.int64 and labels.shape == (len(images),)
+                assert label_mismatches(images, labels) == 0
+                seen += len(labels)
+        assert seen == 2 * loader.samples_per_rank
