@@ -12,31 +12,14 @@ hand-over, not the decode. The GPU host's figures come from scripts/probe_next.p
 from __future__ import annotations
 
 import argparse
-import collections
-import functools
 import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-SPENT: collections.Counter = collections.Counter()
-CALLS: collections.Counter = collections.Counter()
-
-
-def wrap(owner, name: str, label: str) -> None:
-    orig = getattr(owner, name)
-
-    @functools.wraps(orig)
-    def timed(*a, **k):
-        t0 = time.perf_counter()
-        try:
-            return orig(*a, **k)
-        finally:
-            SPENT[label] += time.perf_counter() - t0
-            CALLS[label] += 1
-
-    setattr(owner, name, timed)
+from probe_next import CALLS, SPENT, wrap  # noqa: E402
 
 
 def main() -> None:
