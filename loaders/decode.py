@@ -26,6 +26,7 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import UnidentifiedImageError  # PIL/__init__ only: cheap, Image stays lazy
 
 from loaders.transforms import TransformSpec
 
@@ -129,6 +130,8 @@ class CpuDecoder:
                 pixels, box = self._pil(data, rng)
         except DecodeError:
             raise
+        except UnidentifiedImageError as e:  # its text names an in-memory buffer, not the file
+            raise DecodeError("not an image format Pillow can identify") from e
         except Exception as e:  # each decoder raises its own types; all mean "not decodable"
             raise DecodeError(
                 str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -204,3 +204,12 @@ def test_the_wds_loader_with_workers_sending_bytes(tmp_path, monkeypatch):
     assert len(rest) == len(batches) - 2
     for (k, im), (k2, im2) in zip(batches[2:], rest, strict=True):
         assert torch.equal(k, k2) and torch.equal(im, im2)
+
+
+def test_bytes_no_decoder_knows_are_named_in_words_not_by_a_buffer_address():
+    """Pillow's own text names an in-memory buffer ("<_io.BytesIO object at 0x…>"), which
+    would reach the user's one-line error next to the file's path."""
+    rng = np.random.default_rng(0)
+    with pytest.raises(DecodeError) as caught:
+        CpuDecoder(8, False).decode_into(rng.bytes(4096), np.empty((8, 8, 3), np.uint8), rng)
+    assert str(caught.value) == "not an image format Pillow can identify"
