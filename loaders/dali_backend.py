@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
@@ -112,6 +113,10 @@ from loaders.wds_backend import shard_order
 
 READER = "Reader"
 LABEL_DIGITS = 12  # .cls members longer than this are not labels
+# The dealt source's outputs (jpegs, labels[, keys]), saved with a checkpoint: a checkpoint
+# restores only into a pipeline with the same outputs. 2: labels are an output (was: indexed
+# on the training thread); older states have none.
+DEALT_OUTPUTS = 2
 # Share of the JPEGs for the hardware JPEG decoder (A100/H100/H200), above DALI's default 0.65:
 # the hardware engine leaves the SMs to training (BENCHMARKS.md, "Loaders" and "verify").
 HW_DECODER_LOAD = 0.99
@@ -535,7 +540,9 @@ class DaliLoader(LoaderBase):
                 if self._per_epoch:  # its epoch is over; the next one has its own (ORDER)
                     self._iterator = None
             else:  # left mid-epoch: DALI cannot reset there; rebuild for the next iteration
-                self._left = self._checkpoint()  # what state_dict reports from now on
+                # what state_dict reports from now on; none at the interpreter's exit, where
+                # nothing iterates again and DALI's Python is half torn down (an error printed)
+                self._left = None if sys.is_finalizing() else self._checkpoint()
                 self._iterator = None
 
     def _dali_batches(self, count: int):
@@ -575,6 +582,7 @@ class DaliLoader(LoaderBase):
             "midway": self._midway,
             "plan": plan,
             "per_epoch": self._per_epoch,
+            "dealt_outputs": [DEALT_OUTPUTS, self._keys_out] if self._dealt else None,
         }
 
     def _backend_state(self) -> dict:
@@ -606,7 +614,24 @@ class DaliLoader(LoaderBase):
                 "this dali loader state was saved by another version of loaders (its pipeline "
                 "reads the files another way): resume from an epoch's start"
             )
+        if dali.get("checkpoint") is not None and self._dealt:
+            self._check_dealt_outputs(dali.get("dealt_outputs"))
         return dict(dali)
+
+    def _check_dealt_outputs(self, saved) -> None:
+        """DALI restores a checkpoint only into a pipeline with the same outputs; told "the
+        checkpoint might come from another pipeline", a user could not tell why."""
+        if not saved or saved[0] != DEALT_OUTPUTS:
+            raise ValueError(
+                "this dali loader state was saved by another version of loaders (its pipeline "
+                "had other outputs): resume from an epoch's start"
+            )
+        if bool(saved[1]) != self._keys_out:
+            raise ValueError(
+                f"this dali loader state was saved with return_keys={bool(saved[1])}, this "
+                f"loader has return_keys={self._keys_out}: DALI's pipeline has other outputs; "
+                "build the loader as it was saved"
+            )
 
     def _restore(self, epoch: int, start: ResumePoint | None) -> bool:
         """Build the pipeline from a loaded checkpoint, if it is where ``epoch`` resumes: in
