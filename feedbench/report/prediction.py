@@ -53,8 +53,8 @@ class Prediction:
     # ceiling between its runs before and after the loaders (the host's drift; 0: one run, or
     # no ceiling compared), or with --interleave half its paired fraction's 95% interval
     resolution_points: float = 0.0
-    # ± points the scan's AU is resolved to: half the range of its repeats' AUs at this point
-    # (0: one repeat)
+    # ± points the scan's AU is resolved to: half the range of its repeats' AUs at this point,
+    # or what its step alone moved over a pass where that is more (0: neither)
     scan_resolution_points: float = 0.0
     # points verify's fraction may overstate the loader: its window still drained a queue filled
     # before it (in a slow step), down to its last quarter's pace (``VerifyRun.drain``; 0: none)
@@ -192,14 +192,33 @@ def _resolution(ver, run) -> float:
 
 def _scan_resolution(scan: ScanResult, point) -> float:
     """± points of the scan's AU at ``point``: half the range of its repeats' AUs (a repeat
-    whose start-up or host differed moves the mean by that much)."""
+    whose start-up or host differed moves the mean by that much), or, where larger, what the
+    repeats' step alone moved between before and after their passes, on average (the bound of
+    their mean AU). The AU is the step alone over the step, and the step alone is the mean of
+    the two: a host that changed speed during a pass leaves its AU that uncertain, as verify's
+    ceiling's drift leaves its fraction."""
     key = (point.consumers, point.pass_name)
-    aus = [
-        m.au_mean
+    ms = [
+        m
         for m in scan.measurements
         if (m.consumers, m.pass_name) == key and in_curve(m) and m.au_mean is not None
     ]
-    return (max(aus) - min(aus)) / 2 * 100 if len(aus) > 1 else 0.0
+    aus = [m.au_mean for m in ms]
+    spread = (max(aus) - min(aus)) / 2 * 100 if len(aus) > 1 else 0.0
+    drift = sum(m.au_mean * _alone_drift(m) * 100 for m in ms) / len(ms) if ms else 0.0
+    return max(spread, drift)
+
+
+def _alone_drift(m) -> float:
+    """Half the largest relative change of a consumer's step alone between before and after the
+    pass, |after − before| / (after + before) (0: timed once, or a sleep)."""
+    out = 0.0
+    for c in getattr(m, "per_consumer", None) or []:
+        before = getattr(c, "step_alone_before_s", None)
+        after = getattr(c, "step_alone_after_s", None)
+        if before and after:
+            out = max(out, abs(after - before) / (after + before))
+    return out
 
 
 def _drain_points(run) -> float:
@@ -285,7 +304,10 @@ def _verdict_text(p: Prediction) -> str:
             f"of it ±{p.resolution_points:.0f} points"
         )
     if p.scan_resolution_points:
-        why.append(f"the scan's repeats spread ±{p.scan_resolution_points:.0f} points")
+        why.append(
+            f"the scan's AU is known to ±{p.scan_resolution_points:.0f} points (its repeats' "
+            "spread, or its step alone's change over a pass)"
+        )
     if p.drain_margin:
         why.append(
             "verify's window still drained a queue its loader filled before it: its last "
@@ -399,14 +421,15 @@ def prediction_document(check_: PredictionCheck, source: str):
             ("agree", "agrees"),
             ("verdict", "verdict"),
             ("verify's resolution (± points)", "resolution_points"),
-            ("scan's repeat spread (± points)", "scan_resolution_points"),
+            ("scan's resolution (± points)", "scan_resolution_points"),
             ("verify's queue drain (points)", "verify_drain_points"),
             ("not judged (why)", "not_judged"),
         ],  # fmt: skip
         note=f"Predicted wait: 1 − the scan's AU ({check_.pass_name} pass); measured wait: "
         f"verify's data-wait share of the step; they agree within {AGREE_POINTS:g} points; "
         "±: further apart, but by less than the results' own resolution (verify's ceiling "
-        "moved between its runs before and after the loaders, the scan's repeats spread, or "
+        "moved between its runs before and after the loaders, the scan's repeats spread or "
+        "its step alone moved over a pass, or "
         "verify's window still drained a queue its loader filled before it); "
         "n/a: the scan's window held too few batches to predict by (5 per batch its loader "
         "can have ready).",

@@ -244,7 +244,7 @@ def test_the_scans_repeat_spread_widens_what_is_left_open(
     assert p.verdict == verdict
     line = sentence(p)
     assert "scan predicted AU 0.900 ± 0.040 " in line  # the spread beside the prediction
-    assert ("the scan's repeats spread ±4 points" in line) == (verdict == "unresolved")
+    assert ("the scan's AU is known to ±4 points" in line) == (verdict == "unresolved")
     assert ("verify's ceiling moved" in line) == (verdict == "unresolved" and verify_res > 0)
 
 
@@ -264,6 +264,31 @@ def test_the_scan_resolution_is_half_the_range_of_its_completed_repeats():
     # failed or partial repeats do not count
     assert _scan_resolution(scan, NS(consumers=1, pass_name="warm")) == pytest.approx(30.5)
     assert _scan_resolution(scan, NS(consumers=2, pass_name="warm")) == 0.0  # one repeat
+
+
+def test_a_step_alone_that_moved_over_a_pass_widens_the_scans_resolution():
+    """Run 20's wds scan: the model's step alone was 24.2 ms before the pass and 30.9 ms after
+    (the host's speed), the AU 0.813 measured against their mean. The AU is then known to no
+    better than 0.813 × 6.7 / 55.1 = ±9.9 points, though one repeat has no spread; the mean of
+    several repeats to the mean of theirs; a step timed once (or a sleep) adds nothing."""
+    from types import SimpleNamespace as NS
+
+    from feedbench.report.prediction import _scan_resolution
+
+    def m(au, before, after):
+        c = NS(step_alone_before_s=before, step_alone_after_s=after)
+        return NS(consumers=1, pass_name="warm", au_mean=au, failed=False, partial=False,
+                  per_consumer=[c])  # fmt: skip
+
+    point = NS(consumers=1, pass_name="warm")
+    drifted = NS(measurements=[m(0.813, 0.0242, 0.0309)])
+    assert _scan_resolution(drifted, point) == pytest.approx(0.813 * 0.0067 / 0.0551 * 100)
+    steady = NS(measurements=[m(0.90, 0.0300, 0.0300), m(0.94, 0.0300, 0.0303)])
+    assert _scan_resolution(steady, point) == pytest.approx(2.0)  # the spread is more
+    # the mean AU of three repeats, one of which drifted: a third of its ±9.9
+    mixed = NS(measurements=[m(0.813, 0.0242, 0.0309), m(0.813, 0.03, 0.03), m(0.813, 0.03, 0.03)])
+    assert _scan_resolution(mixed, point) == pytest.approx(0.813 * 0.0067 / 0.0551 * 100 / 3)
+    assert _scan_resolution(NS(measurements=[m(0.9, None, None)]), point) == 0.0
 
 
 def test_a_verify_window_that_drained_leaves_a_lower_prediction_open():
