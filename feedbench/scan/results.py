@@ -210,8 +210,10 @@ class CurvePoint:
 
 @dataclass
 class Verdict:
-    bound: str  # limiting stage: read/decode/augment/collate/transfer, or "accelerator", "sync"
-    resource: str  # storage, cpu, pcie, gpu, none
+    # the limiting stage (read/decode/augment/collate/transfer), or "accelerator", "sync",
+    # "contention" (the loader slowed the emulated step), "loader"
+    bound: str
+    resource: str  # storage, cpu, pcie, gpu, host, none
     text: str  # one sentence for humans
     evidence: list[str] = field(default_factory=list)
     supported_consumers: int | None = None  # largest N with AU >= target (when a step is emulated)

@@ -211,7 +211,42 @@ def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
         )
         why = ["uneven shards or a straggler: the consumers wait more for each other than for data"]
         return Verdict("sync", "straggler", text, _lines(case, why), case.supported, case.feeds)
-    return None
+    return _contention_verdict(case, waits)
+
+
+def _contention_verdict(case: _Case, waits: float) -> Verdict | None:
+    """``--emulate gpu``: the model's step ran longer beside the loader than alone by more time
+    than the consumers waited for data. A host-bound step (small batches) shares the host with
+    the loader's work; more loader throughput or faster storage would not give that back."""
+    gpu = [c for c in case.top.per_consumer if c.step_alone_s]
+    extra = sum(c.step_extra_s for c in gpu)
+    if not gpu or extra <= waits:
+        return None
+    steps = sum(max(1, c.batches - (c.warmup_batches or 1)) for c in gpu)
+    alone = sum(c.step_alone_s for c in gpu) / len(gpu)
+    per_step, wait = extra / steps, waits / steps
+    text = (
+        f"contention-bound (host): the model's step ran {per_step * 1e3:.1f} ms longer beside "
+        f"the loader than alone ({per_step / alone:.0%}), against {wait * 1e3:.1f} ms a step "
+        f"waiting for data, at {case.where}"
+    )
+    why = [
+        "the loading work competes on the host with the thread that launches the step's "
+        "kernels: fewer loader workers, cores kept free of them (loaders: reserve_cores) or a "
+        "decode on the GPU give it back; faster storage would not"
+    ]
+    moves = [
+        abs(c.step_alone_after_s - c.step_alone_before_s) / 2
+        for c in gpu
+        if c.step_alone_before_s and c.step_alone_after_s
+    ]
+    moved = max(moves, default=0.0)
+    if moved >= per_step:
+        why.append(
+            f"the step alone moved by ±{moved * 1e3:.1f} ms over a pass, as much as this: the "
+            "host's own drift could make it (a steadier host, or --repeat, tells)"
+        )
+    return Verdict("contention", "host", text, _lines(case, why), case.supported, case.feeds)
 
 
 def _processes(case: _Case) -> int:

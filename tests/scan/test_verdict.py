@@ -361,3 +361,34 @@ def test_a_verdict_is_one_line_with_its_number_then_evidence(
     if acc is not None:  # what the rate feeds: evidence, never in the headline
         assert any("the appetite of one H200" in e for e in v.evidence)
         assert "appetite" not in v.text
+
+
+def _gpu_stepped(extra_s, wait_s, before=0.030, after=0.030):
+    c = consumer(0, wait_s=wait_s, batches=101)
+    alone = (before + after) / 2
+    return replace(c, emulate="gpu", step_extra_s=extra_s, step_alone_s=alone,
+                   step_alone_before_s=before, step_alone_after_s=after,
+                   warmup_batches=1)  # fmt: skip
+
+
+def test_a_step_the_loader_made_longer_than_it_waited_is_contention_bound():
+    """Run 20's wds scan on an H100 host at 64 a batch: AU 0.79, of it 4.7 ms a step of a model
+    step made longer beside the loader and 2.2 ms of waiting. The loader is not what is slow:
+    the verdict says so, and that storage would not help; where the step alone moved as much
+    over the pass, it says the host's drift could make it."""
+    v = judge(result(STAGES, [_gpu_stepped(0.47, 0.22)], au=0.79, accelerator=PROFILE,
+                     loader="wds"))  # fmt: skip
+    assert (v.bound, v.resource) == ("contention", "host")
+    assert v.text == (
+        "contention-bound (host): the model's step ran 4.7 ms longer beside the loader than "
+        "alone (16%), against 2.2 ms a step waiting for data, at 1 consumer × 2 workers, cold pass"
+    )
+    assert "faster storage would not" in v.evidence[0]
+    assert not any("drift" in e for e in v.evidence)
+    drifted = [_gpu_stepped(0.47, 0.22, before=0.025, after=0.035)]  # ±5 ms ≥ 4.7
+    v = judge(result(STAGES, drifted, au=0.79, accelerator=PROFILE, loader="wds"))
+    assert v.bound == "contention" and "the step alone moved by ±5.0 ms" in v.evidence[1]
+    # waiting more than the step was made longer: the loader's own verdict, as before
+    waited = judge(result(STAGES, [_gpu_stepped(0.10, 0.22)], au=0.79, accelerator=PROFILE,
+                          loader="wds"))  # fmt: skip
+    assert waited.bound == "loader"
