@@ -19,6 +19,7 @@ from feedbench.scan.results import (
     Verdict,
 )
 from feedbench.scan.sizing import OTHER_LOAD_CORES, find_max_note, short_count, short_window
+from feedbench.scan.sweep import in_curve
 
 RESOURCE = {
     "read": "storage",
@@ -62,6 +63,7 @@ class _Case:
     supported: int | None
     feeds: float | None
     evidence: list[str]
+    repeats: list[Measurement]  # the completed repeats of ``top``'s point (its AU's mean)
 
 
 def judge(result: ScanResult, target_au: float = 0.9) -> Verdict | None:
@@ -137,6 +139,12 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
         evidence=_evidence(top, stages, (machine, own), cores, seen.get("disk_read_mb_per_s_mean")),
+        repeats=[
+            m
+            for m in result.measurements
+            if (m.consumers, m.pass_name) == (top.consumers, top.pass_name) and in_curve(m)
+        ]
+        or [top],
     )
 
 
@@ -211,15 +219,17 @@ def _step_verdict(case: _Case, target_au: float) -> Verdict | None:
         )
         why = ["uneven shards or a straggler: the consumers wait more for each other than for data"]
         return Verdict("sync", "straggler", text, _lines(case, why), case.supported, case.feeds)
-    return _contention_verdict(case, waits)
+    return _contention_verdict(case)
 
 
-def _contention_verdict(case: _Case, waits: float) -> Verdict | None:
+def _contention_verdict(case: _Case) -> Verdict | None:
     """``--emulate gpu``: the model's step ran longer beside the loader than alone by more time
-    than the consumers waited for data. A host-bound step (small batches) shares the host with
-    the loader's work; more loader throughput or faster storage would not give that back."""
-    gpu = [c for c in case.top.per_consumer if c.step_alone_s]
+    than the consumers waited for data, over the point's repeats (whose AU's mean decided it
+    was not fed). A host-bound step (small batches) shares the host with the loader's work;
+    more loader throughput or faster storage would not give that back."""
+    gpu = [c for m in case.repeats for c in m.per_consumer if c.step_alone_s]
     extra = sum(c.step_extra_s for c in gpu)
+    waits = sum(c.data_wait_s for c in gpu)
     if not gpu or extra <= waits:
         return None
     steps = sum(max(1, c.batches - (c.warmup_batches or 1)) for c in gpu)
@@ -244,7 +254,7 @@ def _contention_verdict(case: _Case, waits: float) -> Verdict | None:
     if moved >= per_step:
         why.append(
             f"the step alone moved by ±{moved * 1e3:.1f} ms over a pass, as much as this: the "
-            "host's own drift could make it (a steadier host, or --repeat, tells)"
+            "host's own drift could make it (a steadier host tells)"
         )
     return Verdict("contention", "host", text, _lines(case, why), case.supported, case.feeds)
 

@@ -392,3 +392,17 @@ def test_a_step_the_loader_made_longer_than_it_waited_is_contention_bound():
     waited = judge(result(STAGES, [_gpu_stepped(0.10, 0.22)], au=0.79, accelerator=PROFILE,
                           loader="wds"))  # fmt: skip
     assert waited.bound == "loader"
+
+
+def test_contention_is_judged_over_the_points_repeats_as_its_au_is():
+    """The AU that decided the point was not fed is its repeats' mean: so are the step made
+    longer and the wait (one repeat alone would contradict the emulation line's figure)."""
+    one = result(STAGES, [_gpu_stepped(0.47, 0.22)], au=0.79, accelerator=PROFILE, loader="wds")
+    m = one.measurements[0]
+    other = replace(m, repeat=2, per_consumer=[_gpu_stepped(0.0, 0.22)])
+    both = replace(one, measurements=[m, other])  # 2.35 (shown 2.3) ms longer, 2.2 waiting
+    v = judge(both)
+    assert v.bound == "contention" and "ran 2.3 ms longer" in v.text, v.text
+    assert "against 2.2 ms a step waiting" in v.text
+    failed = replace(other, per_consumer=[_gpu_stepped(0.0, 0.9)], failed="killed")
+    assert judge(replace(one, measurements=[m, failed])).bound == "contention"  # not counted
