@@ -2,11 +2,16 @@
 # Issue 29's done-when on one H200, as a queue that runs across device calls (each call at most
 # 600 s): the defaults at 64 and 256 per GPU in 3 verify repeats each (paired blocks on), scan's
 # prediction at each size with `feedbench compare` against them, then extras while time is left
-# (x256: run 17's best DALI variant at 256 again, paired: the CPU decode with the GPU resize;
-# run 18 settled 8 threads against 16 at 64: no difference). 64 per GPU goes first: it has the
-# least evidence; its scans come right after its first check, so that scan and verify run minutes
-# apart on a host whose speed drifts (run 19). The whole queue (~2,500 s; run 19: a check at 64
-# took 227–273 s, its three scans ~300 s) passes one session's 1,800 s of device time.
+# (xc64: at 64, whether fewer workers or more cores kept from them take back the step the
+# loader made 3-5 ms longer in run 20, each paired, beside the defaults on the same host;
+# x256: run 17's best DALI variant at 256 again, paired: the CPU decode with the GPU resize;
+# run 18 settled 8 threads against 16 at 64: no difference). A new machine starts the queue
+# over; to go on after run 20's tasks, seed it first:
+#   printf '%s\n' 'c64-r1|196|0' 's64|268|0' 'c64-r2|187|0' 'c64-r3|209|0' > /tmp/issue29.queue
+# 64 per GPU goes first: it has the least evidence; its scans come right after its first
+# check, so that scan and verify run minutes apart on a host whose speed drifts (run 19). The
+# whole queue (~2,800 s; run 20: a check at 64 took 187–209 s, its three scans 268 s) passes
+# one session's 1,800 s of device time.
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
 # LIMIT_S; what ran is kept in QUEUE (one line a task: name, seconds, exit status; a failed
 # task stops the call and runs again in the next), the results in RUNS, both on the warm machine,
@@ -40,6 +45,7 @@ TASKS=(
   "c256-r2|230|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
   "c256-r3|230|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
   "s256|330|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
+  "xc64|260|STEPS=200 VARIANTS='c-torch|64|torch|;c-torch-rc4|64|torch|-o torch:reserve_cores=4;c-torch-w8|64|torch|--workers 8;c-wds|64|wds|;c-wds-rc4|64|wds|-o wds:reserve_cores=4' bash $S list"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
   "x256|180|STEPS=100 VARIANTS='b256-dali-cpurg-a|256|dali|-o dali:decode=cpu -o dali:resize=gpu;b256-dali-cpurg-b|256|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
 )
