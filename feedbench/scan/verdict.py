@@ -235,8 +235,9 @@ def _contention_verdict(case: _Case) -> Verdict | None:
     steps = sum(max(1, c.batches - (c.warmup_batches or 1)) for c in gpu)
     alone = sum(c.step_alone_s for c in gpu) / len(gpu)
     per_step, wait = extra / steps, waits / steps
+    step = "the model's step" if any(c.step_model for c in gpu) else "the emulated step"
     text = (
-        f"contention-bound (host): the model's step ran {per_step * 1e3:.1f} ms longer beside "
+        f"contention-bound (host): {step} ran {per_step * 1e3:.1f} ms longer beside "
         f"the loader than alone ({per_step / alone:.0%}), against {wait * 1e3:.1f} ms a step "
         f"waiting for data, at {case.where}"
     )

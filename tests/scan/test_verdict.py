@@ -367,8 +367,8 @@ def _gpu_stepped(extra_s, wait_s, before=0.030, after=0.030):
     c = consumer(0, wait_s=wait_s, batches=101)
     alone = (before + after) / 2
     return replace(c, emulate="gpu", step_extra_s=extra_s, step_alone_s=alone,
-                   step_alone_before_s=before, step_alone_after_s=after,
-                   warmup_batches=1)  # fmt: skip
+                   step_alone_before_s=before, step_alone_after_s=after, warmup_batches=1,
+                   step_model="resnet50")  # fmt: skip
 
 
 def test_a_step_the_loader_made_longer_than_it_waited_is_contention_bound():
@@ -392,6 +392,10 @@ def test_a_step_the_loader_made_longer_than_it_waited_is_contention_bound():
     waited = judge(result(STAGES, [_gpu_stepped(0.10, 0.22)], au=0.79, accelerator=PROFILE,
                           loader="wds"))  # fmt: skip
     assert waited.bound == "loader"
+    # kernels of the step's length, no model: said as the emulated step
+    kernels = [replace(_gpu_stepped(0.47, 0.22), step_model=None)]
+    v = judge(result(STAGES, kernels, au=0.79, accelerator=PROFILE, loader="wds"))
+    assert v.text.startswith("contention-bound (host): the emulated step ran 4.7 ms longer")
 
 
 def test_contention_is_judged_over_the_points_repeats_as_its_au_is():
