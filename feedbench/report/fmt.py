@@ -134,7 +134,8 @@ def emulation_text(measurements) -> str | None:
     if all(s.emulate == "sleep" for s in stats):
         return "a sleep (sees waiting only, not a loader slowing the step: --emulate gpu on a GPU)"
     gpu = [s for s in stats if s.emulate == "gpu"]
-    steps = sum(max(s.batches - (s.warmup_batches or 1), 1) for s in gpu)  # measured steps
+    # measured steps: a consumer's batches after its own warm-up (older files: after one)
+    steps = sum(max(s.batches - (getattr(s, "warmup_batches", None) or 1), 1) for s in gpu)
     extra = sum(s.step_extra_s for s in gpu) / steps
     models = {s.step_model for s in gpu if s.step_model}
     alone = [s.step_alone_s for s in gpu if s.step_alone_s]
