@@ -11,6 +11,7 @@ from rich.markup import escape
 from feedbench.core.redact import map_strings
 from feedbench.core.timeline import MonitorSample
 from feedbench.core.words import count, setup_text
+from feedbench.scan.results import measured_steps, step_alone_moved
 
 __all__ = ["count", "setup_text"]  # words for counts live in core: the verdict uses them too
 
@@ -115,14 +116,10 @@ def _drift_text(gpu) -> str:
     pass moved that much (its mean is the length used); said from verify's ceiling's share."""
     from feedbench.verify.analysis import DRIFT_SAID
 
-    drifts = [
-        abs(s.step_alone_after_s - s.step_alone_before_s) / s.step_alone_s
-        for s in gpu
-        if getattr(s, "step_alone_after_s", None) and getattr(s, "step_alone_before_s", None)
-    ]
-    if not drifts or max(drifts) < DRIFT_SAID:
+    apart = 2 * max((step_alone_moved(s) for s in gpu), default=0.0)  # of their mean
+    if apart < DRIFT_SAID:
         return ""
-    return f", up to {max(drifts):.0%} apart before and after a pass"
+    return f", up to {apart:.0%} apart before and after a pass"
 
 
 def emulation_text(measurements) -> str | None:
@@ -134,8 +131,7 @@ def emulation_text(measurements) -> str | None:
     if all(s.emulate == "sleep" for s in stats):
         return "a sleep (sees waiting only, not a loader slowing the step: --emulate gpu on a GPU)"
     gpu = [s for s in stats if s.emulate == "gpu"]
-    # measured steps: a consumer's batches after its own warm-up (older files: after one)
-    steps = sum(max(s.batches - (getattr(s, "warmup_batches", None) or 1), 1) for s in gpu)
+    steps = sum(measured_steps(s) for s in gpu)
     extra = sum(s.step_extra_s for s in gpu) / steps
     models = {s.step_model for s in gpu if s.step_model}
     alone = [s.step_alone_s for s in gpu if s.step_alone_s]

@@ -18,7 +18,7 @@ from rich.console import Console
 from feedbench.core import envelope
 from feedbench.core.envelope import Envelope
 from feedbench.core.errors import FeedbenchError
-from feedbench.scan.results import ScanResult
+from feedbench.scan.results import ScanResult, step_alone_moved
 from feedbench.scan.sizing import short_window
 from feedbench.scan.sweep import in_curve
 from feedbench.verify.results import VerifyResult
@@ -210,15 +210,8 @@ def _scan_resolution(scan: ScanResult, point) -> float:
 
 
 def _alone_drift(m) -> float:
-    """Half the largest relative change of a consumer's step alone between before and after the
-    pass, |after − before| / (after + before) (0: timed once, or a sleep)."""
-    out = 0.0
-    for c in getattr(m, "per_consumer", None) or []:
-        before = getattr(c, "step_alone_before_s", None)
-        after = getattr(c, "step_alone_after_s", None)
-        if before and after:
-            out = max(out, abs(after - before) / (after + before))
-    return out
+    """The most a consumer's step alone moved over the pass, as a share (``step_alone_moved``)."""
+    return max((step_alone_moved(c) for c in getattr(m, "per_consumer", None) or []), default=0.0)
 
 
 def _drain_points(run) -> float:

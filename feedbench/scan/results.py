@@ -208,6 +208,23 @@ class CurvePoint:
     failed: int = 0  # repeats that failed (left out of the mean ± std)
 
 
+def measured_steps(c) -> int:
+    """A consumer's steps after its own warm-up batches (older files: after one), at least 1."""
+    return max(c.batches - (getattr(c, "warmup_batches", None) or 1), 1)
+
+
+def step_alone_moved(c) -> float:
+    """Half the change of a consumer's step alone between its timings before and after the
+    pass, over their sum: the share its mean (the AU's reference) may be off by where the host
+    changed speed during the pass. 0 where it was timed once, or a sleep; older files' consumers
+    lack the fields."""
+    before = getattr(c, "step_alone_before_s", None)
+    after = getattr(c, "step_alone_after_s", None)
+    if not before or not after:
+        return 0.0
+    return abs(after - before) / (after + before)
+
+
 @dataclass
 class Verdict:
     # the limiting stage (read/decode/augment/collate/transfer), or "accelerator", "sync",

@@ -17,6 +17,8 @@ from feedbench.scan.results import (
     ScanResult,
     StageStats,
     Verdict,
+    measured_steps,
+    step_alone_moved,
 )
 from feedbench.scan.sizing import OTHER_LOAD_CORES, find_max_note, short_count, short_window
 from feedbench.scan.sweep import in_curve
@@ -232,7 +234,7 @@ def _contention_verdict(case: _Case) -> Verdict | None:
     waits = sum(c.data_wait_s for c in gpu)
     if not gpu or extra <= waits:
         return None
-    steps = sum(max(1, c.batches - (c.warmup_batches or 1)) for c in gpu)
+    steps = sum(measured_steps(c) for c in gpu)
     alone = sum(c.step_alone_s for c in gpu) / len(gpu)
     per_step, wait = extra / steps, waits / steps
     step = "the model's step" if any(c.step_model for c in gpu) else "the emulated step"
@@ -246,12 +248,7 @@ def _contention_verdict(case: _Case) -> Verdict | None:
         "kernels: fewer loader workers, cores kept free of them (loaders: reserve_cores) or a "
         "decode on the GPU give it back; faster storage would not"
     ]
-    moves = [
-        abs(c.step_alone_after_s - c.step_alone_before_s) / 2
-        for c in gpu
-        if c.step_alone_before_s and c.step_alone_after_s
-    ]
-    moved = max(moves, default=0.0)
+    moved = max(step_alone_moved(c) * c.step_alone_s for c in gpu)  # seconds
     if moved >= per_step:
         why.append(
             f"the step alone moved by ±{moved * 1e3:.1f} ms over a pass, as much as this: the "
