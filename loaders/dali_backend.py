@@ -83,27 +83,26 @@ at its start (shards: a new build for the epoch): the same order as if it had no
 
 Bad input: stops with one line naming the file (:class:`LoaderError`). DALI cannot skip an image
 it fails to decode; when it fails, this loader finds the culprit by checking the source's files on
-the CPU (in parallel) and names it. Listing-time problems (non-image files in a tree, samples with
-no label, truncated shards) are skipped and counted as for every backend.
+the CPU (in parallel) and names it (:mod:`loaders.dali_errors`). Listing-time problems (non-image
+files in a tree, samples with no label, truncated shards) are skipped and counted as for every
+backend.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
 
 from loaders.affinity import RESERVE_CORES, loader_cores, started_on
 from loaders.base import LoaderBase
-from loaders.dali_feed import DealtFiles, dali_reason, parse_labels, write_dali_indexes
+from loaders.dali_errors import diagnose, find_undecodable
+from loaders.dali_feed import DealtFiles, parse_labels, write_dali_indexes
 from loaders.data import SampleIndex, remote
 from loaders.data.formats import IMAGE_MEMBER_EXTS, LABEL_EXTENSION
-from loaders.decode import CpuDecoder, DecodeError
 from loaders.dropin import SourceView
 from loaders.errors import LoaderError, require_dali
 from loaders.option_values import NEEDS_GPU, check_values
@@ -701,54 +700,12 @@ class DaliLoader(LoaderBase):
 
     # --- errors -------------------------------------------------------------------------------
     def _diagnose(self, error: Exception) -> LoaderError:
-        """DALI's multi-line error → one line naming the file (found by checking on the CPU)."""
-        text = str(error)
-        m = re.search(
-            r"(?:File mapping failed|Failed to open file|Failed to read file)[^/]*(/\S+)", text
-        )
-        if m:
-            path = m.group(1).rstrip(".,;'\"")
-            why = (
-                "zero-byte file"
-                if os.path.isfile(path) and os.path.getsize(path) == 0
-                else ("cannot read the file")
-            )
-            return LoaderError(f"cannot read {path}: {why} (the DALI backend stops on bad files)")
-        bad = self.find_undecodable()
-        if bad is not None:
-            where, why = bad
-            return LoaderError(
-                f"cannot decode {where}: {why} (the DALI backend stops on undecodable images: "
-                "remove or replace the file)"
-            )
-        return LoaderError(f"DALI pipeline failed on rank {self.info.rank}: {dali_reason(text)}")
+        """DALI's multi-line error → one line naming the file (:mod:`loaders.dali_errors`)."""
+        return diagnose(error, self.index, self.info.rank, self.num_threads)
 
     def find_undecodable(self, threads: int | None = None) -> tuple[str, str] | None:
         """The first sample (in listing order) that the CPU decoder cannot decode, and why."""
-        checker = CpuDecoder(size=8, train=False)
-        scratch = np.empty((8, 8, 3), np.uint8)
-        index = self.index
-
-        def check(i: int) -> str | None:
-            try:
-                data = index.read(i)
-                checker.decode_into(data, scratch.copy(), np.random.default_rng(0))
-            except (OSError, DecodeError) as e:
-                return str(e) or type(e).__name__
-            return None
-
-        n = len(index)
-        step = 4096
-        with ThreadPoolExecutor(max_workers=threads or self.num_threads) as pool:
-            for start in range(0, n, step):
-                for i, why in zip(
-                    range(start, min(n, start + step)),
-                    pool.map(check, range(start, min(n, start + step))),
-                    strict=True,
-                ):
-                    if why is not None:
-                        return index.describe(i), why
-        return None
+        return find_undecodable(self.index, threads or self.num_threads)
 
     def close(self) -> None:
         self._iterator = None  # DALI frees the pipeline with the iterator
