@@ -8,8 +8,8 @@
 # run 18 settled 8 threads against 16 at 64: no difference). A new machine starts the queue
 # over; to go on after run 20's tasks, seed it first:
 #   printf '%s\n' 'c64-r1|196|0' 's64|268|0' 'c64-r2|187|0' 'c64-r3|209|0' > /tmp/issue29.queue
-# 64 per GPU goes first: it has the least evidence; its scans come right after its first
-# check, so that scan and verify run minutes apart on a host whose speed drifts (run 19). The
+# 64 per GPU goes first: it has the least evidence; at each size the scans come right after its
+# first check, so that scan and verify run minutes apart on a host whose speed drifts (run 19). The
 # whole queue (~2,800 s; run 20: a check at 64 took 187–209 s, its three scans 268 s) passes
 # one session's 1,800 s of device time.
 # A task starts only if its estimate (the last run of its kind, else its default) ends before
@@ -42,9 +42,9 @@ TASKS=(
   "c64-r2|280|FIRST=2 REPEAT=2 STEPS=200 bash $S check 64"
   "c64-r3|280|FIRST=3 REPEAT=3 STEPS=200 bash $S check 64"
   "c256-r1|230|FIRST=1 REPEAT=1 STEPS=100 bash $S check 256"
+  "s256|330|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
   "c256-r2|230|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
   "c256-r3|230|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
-  "s256|330|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
   "xc64|260|STEPS=200 VARIANTS='c-torch|64|torch|;c-torch-rc4|64|torch|-o torch:reserve_cores=4;c-torch-w8|64|torch|--workers 8;c-wds|64|wds|;c-wds-rc4|64|wds|-o wds:reserve_cores=4' bash $S list"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
   "x256|180|STEPS=100 VARIANTS='b256-dali-cpurg-a|256|dali|-o dali:decode=cpu -o dali:resize=gpu;b256-dali-cpurg-b|256|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
