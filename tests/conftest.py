@@ -46,6 +46,14 @@ def dataset_copy(dataset: Path, tmp_path: Path) -> Path:
     return dst
 
 
+@pytest.fixture
+def torchrun_logs(tmp_path: Path, monkeypatch) -> Path:
+    """torchrun's own folder (``--log-dir`` by its environment variable) under the test's: else
+    every torchrun a test starts leaves a torchelastic_* in the temp folder."""
+    monkeypatch.setenv("PET_LOG_DIR", str(tmp_path / "torchelastic"))
+    return tmp_path / "torchelastic"
+
+
 @dataclass
 class CliRun:
     code: int

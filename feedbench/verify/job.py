@@ -47,6 +47,9 @@ def worker_command(
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
         "--nproc-per-node", str(gpus), "--max-restarts", "0", "--monitor-interval", "0.1",
+        # torchrun's own folder (else a torchelastic_* in the temp folder that nothing removes)
+        # inside the job's, which the run removes
+        "--log-dir", os.path.join(out_dir, "torchelastic"),
         "-m", WORKER_MODULE,
         "--loader", loader, "--source", source, "--model", p.model, "--batch-size", str(per),
         "--steps", str(p.steps), "--warmup", str(p.warmup), "--image-size", str(p.image_size),

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-pytestmark = pytest.mark.slow  # torchrun and feedbench.measure start processes that import torch
+pytestmark = [
+    pytest.mark.slow,  # torchrun and feedbench.measure start processes that import torch
+    pytest.mark.usefixtures("torchrun_logs"),
+]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -18,7 +18,10 @@ import pytest
 
 from tests.examples.test_examples import EXAMPLES, _run
 
-pytestmark = pytest.mark.slow  # torchrun starts processes that import torch
+pytestmark = [
+    pytest.mark.slow,  # torchrun starts processes that import torch
+    pytest.mark.usefixtures("torchrun_logs"),
+]
 
 
 def _example(data: Path, *args: str) -> str:

@@ -82,6 +82,7 @@ def two_node_scan(data: str, out, cwd, *extra: str, timeout_s: float = 120) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_logs")
 def test_two_nodes_on_loopback_give_per_node_rates_and_plan_splits_them(dataset, tmp_path, cli):
     out = tmp_path / "2n.json"
     # the emulated step keeps the two ranks in step (as DDP would): their windows overlap, and

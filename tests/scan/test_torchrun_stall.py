@@ -137,6 +137,7 @@ def _agents(url: str, out, tmp_path, mark: str, *extra: str) -> list[subprocess.
 
 @pytest.mark.net
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_logs")
 def test_a_rank_whose_reads_hang_ends_every_rank(dataset, tmp_path):
     """Rank 1's fifth read of the second measurement never gets an answer; rank 0 waits for it
     in the step barrier. Both ranks end within the stall timeout (+ a margin), rank 0 writes the
@@ -206,6 +207,7 @@ def _after_first_measurement(out, procs, timeout_s: float = 90) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_logs")
 def test_a_rank_that_stops_is_named_by_rank_0(dataset, tmp_path):
     """A rank whose process stops (SIGSTOP; as one blocked in C code that holds Python's lock,
     where its own watch cannot run either) mid-scan: rank 0, waiting for it, sees its beats

@@ -12,6 +12,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -409,7 +410,9 @@ def data(dataset, tmp_path) -> Path:
     return dst
 
 
-def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
+def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the ranks' temp folder: see what is left there
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # and this process's
     out = tmp_path / "res" / "v.json"
     r = cli("verify", str(data), "-c", "1,2", "--loader", "baseline", *FAST, "--interleave", "3",
             "--json", str(out))  # fmt: skip
@@ -471,6 +474,7 @@ def test_cpu_ddp_one_and_two_processes(cli, data, tmp_path):
         assert (out.parent / png).stat().st_size > 10_000
     assert (out.parent / "v-logs" / "baseline-2.log").exists()
     assert not _no_leftovers(str(data))
+    assert not _temp_left(tmp_path)
 
 
 def test_cpu_shares_and_lists():
@@ -511,6 +515,11 @@ def _ranks_training(
     time.sleep(settle_s)  # the ranks are training
     assert proc.poll() is None, proc.communicate()
     return ranks
+
+
+def _temp_left(tmp: Path) -> list[str]:
+    """What a verify left in its temp folder (``tmp``): the job's folder and torchrun's own."""
+    return sorted(p.name for p in [*tmp.glob("feedbench-verify-*"), *tmp.glob("torchelastic_*")])
 
 
 def _parts_with_measured_steps(folder: Path, ranks: int, proc, timeout_s: float = 90) -> None:
@@ -555,6 +564,7 @@ def test_a_rank_dying_mid_run_stops_cleanly_and_keeps_partial_results(data, tmp_
     assert {s.rank for s in run.ranks} == {0, 1}
     assert "failed:" in stdout and "partial results" in stdout
     assert not _no_leftovers(str(data))
+    assert not _temp_left(tmp_path)
 
 
 def test_ctrl_c_stops_the_run_and_writes_partial_results(data, tmp_path):
@@ -574,6 +584,7 @@ def test_ctrl_c_stops_the_run_and_writes_partial_results(data, tmp_path):
     (run,) = res.runs
     assert run.status == "interrupted" and run.error.startswith("baseline on 2 processes: interr")
     assert not _no_leftovers(str(data))
+    assert not _temp_left(tmp_path)
 
 
 # --- on the GPU machine ---------------------------------------------------------------------------
