@@ -329,6 +329,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
+@pytest.mark.usefixtures("torchrun_logs")
 def test_two_torchrun_agents_on_localhost(dataset, tmp_path):
     port = _free_port()
     out = tmp_path / "tr.json"
@@ -421,6 +422,7 @@ def test_merged_read_latency_is_over_every_read_of_every_consumer():
     assert worst.p50_s == pytest.approx(0.050) and worst.p50_s > got.p50_s
 
 
+@pytest.mark.usefixtures("torchrun_logs")
 def test_torchrun_rank_with_nothing_usable_writes_results_then_fails(tmp_path):
     """As a local scan: results written, one error line, a non-zero exit (here: torchrun's)."""
     bad = tmp_path / "bad" / "cls"
@@ -440,6 +442,7 @@ def test_torchrun_rank_with_nothing_usable_writes_results_then_fails(tmp_path):
     assert json.loads(out.read_text())["measurements"][0]["errors"] == 3
 
 
+@pytest.mark.usefixtures("torchrun_logs")
 def test_torchrun_scan_interrupted_keeps_what_was_measured(dataset, tmp_path):
     """Ctrl-C under torchrun (SIGINT to the whole process group, as a terminal sends it): rank 0
     writes the measurements finished so far, marked partial, says so in one line, exits 130."""

@@ -204,6 +204,7 @@ def test_a_file_written_mid_run_says_unfinished_and_the_run_dies_with_its_parent
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("torchrun_logs")
 def test_a_torchrun_rank_killed_is_one_error_line_and_a_partial_file(dataset, tmp_path):
     out = tmp_path / "r.json"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
