@@ -230,6 +230,9 @@ def detect_files(path: str | None, progress: Callable[[int], None] | None = None
 
 LISTING_PREFIX = "feedbench-listing-"
 LISTING_LOCK = "owner.lock"  # flock'd by the scan that made the folder, while it runs
+# A scan locks its folder microseconds after making it: one of ours still without a lock a day
+# later was left by a feedbench from before the lock (be951d4), or killed in between.
+LOCKLESS_STALE_S = 86400.0
 
 
 @contextlib.contextmanager
@@ -267,19 +270,28 @@ def _hold(path: str) -> int:
 
 def sweep_listings(tmp: str | None = None) -> int:
     """Remove the listing folders of scans that ended without removing them (their lock is
-    free); returns how many. A folder being made (no lock file yet), in use, or another user's
-    is left alone."""
+    free, or they have had none for :data:`LOCKLESS_STALE_S`); returns how many. A folder being
+    made (no lock file yet), in use, or another user's is left alone."""
     removed = 0
     with contextlib.suppress(OSError), os.scandir(tmp or tempfile.gettempdir()) as entries:
         for entry in entries:
             if not entry.name.startswith(LISTING_PREFIX) or not entry.is_dir(follow_symlinks=False):
                 continue
             try:
-                if entry.stat(follow_symlinks=False).st_uid != os.getuid():
-                    continue  # another user's (a shared /tmp): theirs to remove
-                fd = os.open(os.path.join(entry.path, LISTING_LOCK), os.O_RDWR)
+                st = entry.stat(follow_symlinks=False)
             except OSError:
-                continue  # no lock file: another scan's, just made, or not ours to judge
+                continue  # gone meanwhile
+            if st.st_uid != os.getuid():
+                continue  # another user's (a shared /tmp): theirs to remove
+            try:
+                fd = os.open(os.path.join(entry.path, LISTING_LOCK), os.O_RDWR)
+            except FileNotFoundError:
+                if time.time() - st.st_mtime > LOCKLESS_STALE_S:  # no lock, ever: left over
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    removed += 1
+                continue  # else just made: its scan takes the lock next
+            except OSError:
+                continue  # not ours to judge
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:

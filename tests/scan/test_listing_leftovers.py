@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ import pytest
 from feedbench.scan.sources import (
     LISTING_LOCK,
     LISTING_PREFIX,
+    LOCKLESS_STALE_S,
     detect,
     shared_listing,
     sweep_listings,
@@ -83,6 +85,17 @@ def test_sweep_leaves_what_it_cannot_judge(tmp_path):
         os.close(fd)
     assert new.is_dir() and other.is_dir() and held.is_dir()
     assert sweep_listings(str(tmp_path)) == 1 and not held.exists()
+
+
+def test_a_folder_without_a_lock_for_a_day_is_a_leftover(tmp_path):
+    old = tmp_path / f"{LISTING_PREFIX}old"  # a feedbench's from before the lock
+    (old / "listing").mkdir(parents=True)
+    then = time.time() - LOCKLESS_STALE_S - 60
+    os.utime(old, (then, then))
+    new = tmp_path / f"{LISTING_PREFIX}new"  # being made: its lock comes next
+    (new / "listing").mkdir(parents=True)
+    assert sweep_listings(str(tmp_path)) == 1
+    assert not old.exists() and new.is_dir()
 
 
 @pytest.mark.skipif(os.getuid() != 0, reason="making a folder another user's needs root")
