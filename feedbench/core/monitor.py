@@ -173,6 +173,7 @@ class Monitor:
         self._started = False
         self._stop_event = threading.Event()
         self._t0 = 0.0
+        self._started_at: float | None = None
         self._prev: _Reading | None = None
         self._before_prev: _Reading | None = None  # the reading the last sample started from
         self._failed = False
@@ -187,6 +188,7 @@ class Monitor:
             raise RuntimeError("a Monitor can be started once")
         self._started = True
         self._t0 = time.monotonic()
+        self._started_at = time.time()
         if self._guarded(self._first_reading):
             self._thread = threading.Thread(target=self._run, name="feedbench-monitor", daemon=True)
             self._thread.start()
@@ -217,6 +219,7 @@ class Monitor:
             samples=list(self._samples),
             gpu="nvml" if any(s.gpu_util_percent for s in self._samples) else None,
             note="; ".join(self._notes) or None,
+            started_at=self._started_at,
         )
         return self.timeline
 

@@ -45,6 +45,9 @@ class Timeline:
     samples: list[MonitorSample] = field(default_factory=list)
     gpu: str | None = None  # "nvml" when GPUs were read, else None
     note: str | None = None  # why something could not be read
+    # the monitor's start (t_s = 0), seconds since the epoch: places the consumers' windows on
+    # its clock; None in older files
+    started_at: float | None = None
 
 
 def _weights(samples: list[MonitorSample], start_s: float | None, end_s: float | None):

@@ -183,8 +183,10 @@ def test_stop_without_start_returns_an_empty_timeline():
 
 def test_a_run_shorter_than_one_interval_has_one_sample():
     m = Monitor(interval_s=5.0)
+    before = time.time()
     m.start()
     tl = m.stop()
+    assert tl.started_at is not None and before <= tl.started_at <= time.time()  # its t_s = 0
     assert len(tl.samples) == 1
     _check_shape(tl)
     assert 0 < tl.samples[0].t_s < 1.0

@@ -124,6 +124,24 @@ def test_stage_bound_on_saturated_cpu():
     assert v.feeds_accelerators is None and v.supported_consumers is None
 
 
+def test_the_cpu_is_read_over_the_window_the_consumers_measured_in():
+    """The monitor runs from before the model is built to after the last batch: 10 s at 1 of
+    4 cores busy, then the window (t 10-20 s) at 3.6. Its average over everything would be
+    1.9 cores: the CPU would be called idle while the loader saturated it."""
+    idle = [MonitorSample(float(t), [25.0] * 4, 0, 0.0, 0.0, 0.0, []) for t in range(0, 11)]
+    busy = [MonitorSample(float(t), [90.0] * 4, 0, 0.0, 0.0, 0.0, []) for t in range(11, 21)]
+    tail = [MonitorSample(float(t), [25.0] * 4, 0, 0.0, 0.0, 0.0, []) for t in range(21, 31)]
+    monitor = Timeline("t", 1.0, idle + busy + tail, started_at=1000.0)
+    consumers = [replace(consumer(0), window_start=1010.0, window_end=1020.0)]
+    v = judge(result(STAGES, consumers, monitor=monitor))
+    assert (v.bound, v.resource) == ("decode", "cpu")
+    assert "CPU: 3.6 of 4 cores busy on average" in v.evidence
+    # an older file (no start on the monitor's clock): the whole timeline, as before
+    older = judge(result(STAGES, consumers, monitor=replace(monitor, started_at=None)))
+    assert "CPU: 1.9 of 4 cores busy on average" in older.evidence
+    assert older.resource == "cpu (too few workers)"
+
+
 def test_stage_bound_on_idle_cpu_asks_for_workers():
     v = judge(result(STAGES, [consumer(0)], monitor=timeline([20.0] * 4)))
     assert v.resource == "cpu (too few workers)"
