@@ -2,12 +2,13 @@
 # Issue 29's done-when on one H200, as a queue that runs across device calls (each call at most
 # 600 s): the defaults at 64 and 256 per GPU in 3 verify repeats each (paired blocks on), scan's
 # prediction at each size with `feedbench compare` against them, then the GPU tests, then extras
-# while time is left (x256: run 17's best DALI variant at 256 again, paired: the CPU decode with
-# the GPU resize, against a GPU decode at 0.94 in runs 16 and 21; xc64: at 64, whether fewer
-# workers or more cores kept from them take back the step the loader made 3-5 ms longer in run
-# 20, each paired, beside the defaults on the same host; run 18 settled 8 threads against 16 at
-# 64: no difference). A new machine starts the queue over; to go on after run 21's tasks, seed
-# it first:
+# while time is left (xc64: at 64, whether fewer workers or more cores kept from them take back
+# the step the loader made 3-5 ms longer in run 20, each paired, beside the defaults on the same
+# host; x256: run 17's best DALI variant at 256 again, paired: the CPU decode with the GPU resize,
+# against a GPU decode at 0.94 in runs 16 and 21; xd64: the same variant at 64 between two of the
+# default; run 18 settled 8 threads against 16 at 64: no difference), and the third repeat at 256
+# last: a changed default would have to run all three again. A new machine starts the queue
+# over; to go on after run 21's tasks, seed it first:
 #   printf '%s\n' 'c64-r1|196|0' 's64|268|0' 'c64-r2|187|0' 'c64-r3|209|0' \
 #     'c256-r1|224|0' 's256|216|0' 'c256-r2|222|0' > /tmp/issue29.queue
 # 64 per GPU goes first: it has the least evidence; at each size the scans come right after its
@@ -46,10 +47,11 @@ TASKS=(
   "c256-r1|230|FIRST=1 REPEAT=1 STEPS=100 bash $S check 256"
   "s256|330|EMULATES=auto SCAN_REPEAT=3 bash $S scans 256"
   "c256-r2|230|FIRST=2 REPEAT=2 STEPS=100 bash $S check 256"
-  "c256-r3|230|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
   "gputests|150|python3 -m pytest -q -m gpu -p no:cacheprovider tests/loaders/test_loaders_gpu.py tests/scan/test_consumer_steps.py tests/scan/test_emulate.py"
-  "x256|180|STEPS=100 VARIANTS='b256-dali-cpurg-a|256|dali|-o dali:decode=cpu -o dali:resize=gpu;b256-dali-cpurg-b|256|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
   "xc64|260|STEPS=200 VARIANTS='c-torch|64|torch|;c-torch-rc4|64|torch|-o torch:reserve_cores=4;c-torch-w8|64|torch|--workers 8;c-wds|64|wds|;c-wds-rc4|64|wds|-o wds:reserve_cores=4' bash $S list"
+  "x256|180|STEPS=100 VARIANTS='b256-dali-cpurg-a|256|dali|-o dali:decode=cpu -o dali:resize=gpu;b256-dali-cpurg-b|256|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
+  "xd64|170|STEPS=200 VARIANTS='d64-dali-cpurg-a|64|dali|-o dali:decode=cpu -o dali:resize=gpu;d64-dali-def|64|dali|;d64-dali-cpurg-b|64|dali|-o dali:decode=cpu -o dali:resize=gpu' bash $S list"
+  "c256-r3|230|FIRST=3 REPEAT=3 STEPS=100 bash $S check 256"
 )
 estimate() {  # estimate NAME DEFAULT: the last run of NAME's kind, 10% over, else DEFAULT
   local kind=${1%%-*} last
