@@ -129,8 +129,8 @@ AUTO = "auto"
 # rates: ResNet-50 on an H200 asks ~4,500 img/s at 256 per GPU, a core decodes and crops ~270
 # JPEGs/s (simplejpeg), 2 cores stay the training process's (``reserve_cores``). With 16, torch
 # reached 0.97-0.99 of the ceiling with 14-15 cores busy, wds 0.98 twice and 0.85 once (stalls),
-# DALI 0.97 (BENCHMARKS.md, run 14): 24 leaves room for the workers' stalls. At 64 per GPU DALI
-# decodes on the CPU itself (``decode="auto"``).
+# DALI 0.97 (BENCHMARKS.md, run 14): 24 leaves room for the workers' stalls. DALI decides itself
+# where it decodes (``decode="auto"``: on its CPU threads at 64 per GPU, and at 256 with ≥ 12).
 AUTO_CPU_CORES = 24
 
 
@@ -146,7 +146,7 @@ def choose_backend(index: SampleIndex, device: torch.device, cores: int) -> tupl
         return cpu, f"{cpu}: {cores} cores for this rank (≥ {AUTO_CPU_CORES}) decode on the CPU"
     if not _has_dali():
         return cpu, f"{cpu}: {cores} cores for this rank, but DALI is not installed"
-    return "dali", f"dali: {cores} cores for this rank (< {AUTO_CPU_CORES}): decode on the GPU"
+    return "dali", f"dali: {cores} cores for this rank (< {AUTO_CPU_CORES}): DALI's decode"
 
 
 def _has_dali() -> bool:

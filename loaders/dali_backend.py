@@ -40,7 +40,9 @@ or HWC when ``channels_last``). Files are read with plain reads for trees and ma
 (``dont_use_mmap``; the faster of the two for each, BENCHMARKS.md "Loaders"). Without a GPU
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
 tests run it. ``decode="cpu"`` on a GPU decodes, crops and resizes on the CPU and normalises on
-the GPU (DECODE ON THE CPU below).
+the GPU (DECODE ON THE CPU below); ``decode="auto"``, the default, decodes on the CPU for
+batches of at most 64 (SMALL BATCHES) and, with at least 12 threads, for larger ones too, then
+resizing on the GPU (LARGER BATCHES ON ENOUGH THREADS); else on the GPU.
 
 **Equal lengths.** Dealt (training on a tree): every rank gets ``ceil(N/W)`` samples, as torch.
 Readers: DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
@@ -118,27 +120,34 @@ DEALT_OUTPUTS = 2
 HW_DECODER_LOAD = 0.99
 # DECODE ON THE CPU (``decode="cpu"`` on a GPU): decode, random crop and resize on DALI's CPU
 # threads; DALI copies the uint8 batch to the GPU and only normalises there, so training keeps
-# the SMs and the CPU does the rest: for hosts whose GPUs are the scarce part. Off by default
-# but for small batches (SMALL BATCHES below; BENCHMARKS.md, "Where the DALI loader's last 7%
-# goes").
+# the SMs and the CPU does the rest: for hosts whose GPUs are the scarce part. By default for
+# small batches, and for larger ones with enough threads (below; BENCHMARKS.md, "Where the DALI
+# loader's last 7% goes").
 # SMALL BATCHES (``decode="auto"``): at most this many images per batch are decoded on the CPU.
 # There a step is short and bound by the host thread that launches its kernels (ResNet-50 at 64 on
 # an H200: ~30 ms, the GPU ~58% busy even on synthetic data), and DALI's GPU decode, whose
 # threads drive nvJPEG and the hardware decoder through the same CUDA context, slowed the step
 # to 0.60 of the synthetic ceiling (16 threads; 0.83 with 2, 0.84 with 4), against 1.0 decoding
-# on the CPU. At 256 the GPU decode keeps 0.955-0.963, and the CPU decode, already waiting 3% of
-# the step at 64 (2,160 img/s on 16 threads), would not reach the 4,500 img/s wanted there (not
-# run). BENCHMARKS.md, "Small batches on one H200 (issue 29)"; measured at 64 and 256 only, so
-# the threshold between them is a choice.
+# on the CPU. BENCHMARKS.md, "Small batches on one H200 (issue 29)"; measured at 64 and 256
+# only, so the threshold between them is a choice.
 SMALL_BATCH = 64
+# LARGER BATCHES ON ENOUGH THREADS (``decode="auto"``, over SMALL_BATCH a batch, at least
+# CPU_DECODE_THREADS threads): the CPU decodes and cuts the crop, the GPU resizes (RESIZE ON THE
+# GPU). At 256 per GPU on an H100 with 16 cores it fed the step completely in 5 runs of 5
+# (1.000 of the ceiling, 7.1-7.5 cores busy, ~525 img/s a busy core), where the GPU decode,
+# whose kernels share the SMs with training, gave 0.94-0.98 in 9 runs, and 0.96 and 0.98
+# interleaved with it on one host (BENCHMARKS.md, runs 17, 21 and 22). An H200 asks ~4,500
+# img/s there: ~9 busy cores; 12 threads leave a third over that. With fewer threads a rank
+# decodes on the GPU, whose hardware decoder needs none of them. A faster GPU asks more of the
+# CPU: sized for H100 and H200, not measured on others.
+CPU_DECODE_THREADS = 12
 # RESIZE ON THE GPU (``resize="gpu"``, with the decode on the CPU): the CPU decodes and cuts the
 # random crop; the crop (uint8, of its own size) goes to the GPU and is resized there. DALI's
 # antialiased CPU resize is about half of its CPU pipeline's time (decode + crop alone ran
 # 1.8-1.9x as many images a second on 2 threads, 2.1-2.3x on 1: BENCHMARKS.md, "DALI's CPU
-# resize"): each batch's CPU time, so its latency, halves. At 64 per GPU this loader waited
-# 3.8-4.2% of the step with 6.8 of 16 cores busy (run 13): not the CPU's capacity; whether
-# latency (or the pacing wait, counted as data wait) is that wait is unmeasured, and so is the
-# GPU resize's cost to a small batch's step. "auto" (the default) resizes where it decodes.
+# resize"): each batch's CPU time, so its latency, halves. "auto" (the default) resizes on the
+# GPU for LARGER BATCHES ON ENOUGH THREADS, else where it decodes: at 64 per GPU the CPU resize
+# gave 0.99 and the GPU resize 0.94 and 0.93 on one host, none of them resolved (run 22).
 # PACING (GPU, ``pace=1``, the default): before a batch is handed over, the host waits for the
 # caller's current stream, i.e. for the previous training step and this batch's copy out of DALI's
 # buffer (``pace=k``: for what was queued k - 1 handovers earlier; ``pace=0``: never waits;
@@ -193,16 +202,18 @@ def check_options(
     return pace, float(pace_lead_ms) if pace == 1 else 0.0
 
 
-def decode_where(decode: str, gpu: bool, batch_size: int) -> str:
-    """Where DALI decodes: "gpu" or "cpu" (DECODE ON THE CPU, SMALL BATCHES)."""
-    if not gpu or decode == "cpu" or (decode == "auto" and batch_size <= SMALL_BATCH):
-        return "cpu"
-    return "gpu"
-
-
-def resize_where(resize: str, decoded: str) -> str:
-    """Where DALI resizes: where it decoded ("auto"), or on the GPU (RESIZE ON THE GPU)."""
-    return decoded if resize == "auto" else resize
+def placement(
+    decode: str, resize: str, gpu: bool, batch_size: int, threads: int
+) -> tuple[str, str]:
+    """Where DALI decodes and where it resizes, each "gpu" or "cpu", for the asked ``decode`` and
+    ``resize`` (DECODE ON THE CPU, SMALL BATCHES, LARGER BATCHES ON ENOUGH THREADS, RESIZE ON
+    THE GPU)."""
+    if not gpu:
+        return "cpu", "cpu"
+    if decode == "auto" and batch_size > SMALL_BATCH:
+        return ("cpu", "gpu") if threads >= CPU_DECODE_THREADS else ("gpu", "gpu")
+    decoded = "cpu" if decode == "auto" else decode
+    return decoded, decoded if resize == "auto" else resize
 
 
 class DaliLoader(DaliGraph, LoaderBase):
@@ -249,8 +260,7 @@ class DaliLoader(DaliGraph, LoaderBase):
         # None: plain reads for image trees (a map + unmap per small file costs more than a read),
         # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
-        self.decode = decode_where(decode, self.gpu, batch_size)
-        self.resize = resize_where(resize, self.decode)
+        self.decode, self.resize = placement(decode, resize, self.gpu, batch_size, self.workers)
         # training on a tree: torch's order, fed file by file (ORDER); else DALI's readers
         self._dealt = self.train and index.kind == "tree"
         # training on shards: a pipeline per epoch, its shards in that epoch's order (ORDER)

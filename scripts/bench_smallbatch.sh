@@ -24,7 +24,8 @@
 # Environment: PY (default python3), DATA (default /tmp/fb8k), IMAGES (default 8192: the size of
 # DATA when made here), OUT (default $OUT, else results/), STEPS (default 150), REPEAT (verify
 # repeats; FIRST: the first repeat's number, to go on in another call), SCAN_REPEAT (default 3),
-# EMULATES (scan's --emulate modes, default "auto", plus sleep at 64), TAG (names this data's
+# EMULATES (scan's --emulate modes, default "auto", plus sleep at 64), LOADERS (the scans',
+# default "torch dali wds"), TAG (names this data's
 # results apart), INTERLEAVE (verify's paired blocks, default 25 as verify's on a GPU; runs 9-13
 # had none: 0). Tables: scripts/verify_table.py OUT/runs/*.json.
 set -euo pipefail
@@ -125,7 +126,7 @@ case "$MODE" in
   scans)  # scan's prediction at B per GPU for each loader (1 consumer, --emulate auto: gpu
     # here), and at 64 the sleep it replaces; then `feedbench compare` against check B's verify
     B=${2:-64}
-    for L in torch dali wds; do
+    for L in ${LOADERS:-torch dali wds}; do
       for E in ${EMULATES:-auto $([ "$B" = 64 ] && echo sleep)}; do
         t0=$SECONDS
         "$PY" -m feedbench.cli scan "$DATA" --loader "$L" --consumers 1 --profile resnet50-h200 \

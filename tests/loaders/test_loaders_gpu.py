@@ -162,16 +162,21 @@ def test_dali_pace_lead_releases_the_host_before_the_step_ends(tiny_gpu):
     loader.close()
 
 
-@pytest.mark.parametrize(("batch", "decode"), [(64, "cpu"), (65, "gpu"), (256, "gpu")])
-def test_dali_auto_decodes_small_batches_on_the_cpu(tiny_gpu, batch, decode):
+@pytest.mark.parametrize(
+    ("batch", "threads", "decode", "resize"),
+    [(64, 2, "cpu", "cpu"), (65, 2, "gpu", "gpu"), (256, 2, "gpu", "gpu"), (256, 12, "cpu", "gpu")],
+)
+def test_dali_auto_decodes_small_batches_on_the_cpu(tiny_gpu, batch, threads, decode, resize):
     """``decode="auto"`` on a GPU: small batches (short, launch-bound steps) decode on DALI's CPU
-    threads, larger ones on the GPU (BENCHMARKS.md, "Small batches on one H200")."""
+    threads, larger ones too on 12 threads or more, resized on the GPU, else on the GPU
+    (BENCHMARKS.md, "Small batches on one H200", run 22)."""
     from loaders import build_loader
 
-    loader = build_loader(tiny_gpu["tree"], "dali", batch, image_size=32, workers=2)
-    assert loader.decode == decode
+    loader = build_loader(tiny_gpu["tree"], "dali", batch, image_size=32, workers=threads)
+    assert (loader.decode, loader.resize) == (decode, resize)
     images, labels = next(iter(loader))[:2]
     assert images.is_cuda and len(images) == batch
+    assert label_mismatches(images, labels) == 0
     loader.close()
 
 

@@ -204,16 +204,43 @@ def test_dali_decode_choices(tmp_path):
     loader.close()
 
 
+@pytest.mark.parametrize(
+    ("decode", "resize", "gpu", "batch", "threads", "where"),
+    [
+        # without a GPU everything is on the CPU
+        ("auto", "auto", False, 256, 16, ("cpu", "cpu")),
+        # small batches: the CPU decodes and resizes (SMALL BATCHES), or the GPU resizes if asked
+        ("auto", "auto", True, 64, 16, ("cpu", "cpu")),
+        ("auto", "auto", True, 64, 2, ("cpu", "cpu")),
+        ("auto", "gpu", True, 64, 16, ("cpu", "gpu")),
+        # larger: the CPU decodes, the GPU resizes, on enough threads; else the GPU does both
+        ("auto", "auto", True, 65, 12, ("cpu", "gpu")),
+        ("auto", "auto", True, 256, 16, ("cpu", "gpu")),
+        ("auto", "auto", True, 256, 11, ("gpu", "gpu")),
+        ("auto", "gpu", True, 256, 4, ("gpu", "gpu")),
+        # asked for: as asked, the resize where the decode ran unless asked for the GPU
+        ("cpu", "auto", True, 256, 16, ("cpu", "cpu")),
+        ("cpu", "gpu", True, 256, 2, ("cpu", "gpu")),
+        ("gpu", "auto", True, 64, 16, ("gpu", "gpu")),
+    ],
+)
+def test_dali_places_decode_and_resize(decode, resize, gpu, batch, threads, where):
+    """Where DALI decodes and resizes, from the asked options, the device, the batch and the
+    threads (loaders/dali_backend.py: SMALL BATCHES, LARGER BATCHES ON ENOUGH THREADS)."""
+    pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    from loaders.dali_backend import CPU_DECODE_THREADS, SMALL_BATCH, placement
+
+    assert (SMALL_BATCH, CPU_DECODE_THREADS) == (64, 12)  # the table's edges
+    assert placement(decode, resize, gpu, batch, threads) == where
+
+
 def test_dali_resize_choices(tmp_path):
     """``resize``: auto (where the decode ran) or gpu (a CPU decode's crops resized on the GPU);
     gpu without a GPU, or beside ``dali_augment`` (handed the images where the decode left
     them), is refused with the reason, not ignored."""
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     from loaders import check_options
-    from loaders.dali_backend import resize_where
 
-    assert resize_where("auto", "cpu") == "cpu" and resize_where("auto", "gpu") == "gpu"
-    assert resize_where("gpu", "cpu") == "gpu"
     root = make_tiny(tmp_path, n=16, per_shard=8)["tree"]
     with pytest.raises(ValueError, match="resize takes auto or gpu"):
         check_options("dali", {"resize": "cpu"})
