@@ -41,8 +41,8 @@ or HWC when ``channels_last``). Files are read with plain reads for trees and ma
 (or with ``device="cpu"``) the same graph runs on the CPU (``device_id=None``), which is how the
 tests run it. ``decode="cpu"`` on a GPU decodes, crops and resizes on the CPU and normalises on
 the GPU (DECODE ON THE CPU below); ``decode="auto"``, the default, decodes on the CPU for
-batches of at most 64 (SMALL BATCHES) and, with at least 12 threads, for larger ones too, then
-resizing on the GPU (LARGER BATCHES ON ENOUGH THREADS); else on the GPU.
+batches of at most 64 (SMALL BATCHES) and, with at least 12 threads and no ``dali_augment``, for
+larger ones too, then resizing on the GPU (LARGER BATCHES ON ENOUGH THREADS); else on the GPU.
 
 **Equal lengths.** Dealt (training on a tree): every rank gets ``ceil(N/W)`` samples, as torch.
 Readers: DALI splits ``N`` samples into ``W`` contiguous shards of ``floor`` or ``ceil``
@@ -203,15 +203,17 @@ def check_options(
 
 
 def placement(
-    decode: str, resize: str, gpu: bool, batch_size: int, threads: int
+    decode: str, resize: str, gpu: bool, batch_size: int, threads: int, augment: bool = False
 ) -> tuple[str, str]:
     """Where DALI decodes and where it resizes, each "gpu" or "cpu", for the asked ``decode`` and
     ``resize`` (DECODE ON THE CPU, SMALL BATCHES, LARGER BATCHES ON ENOUGH THREADS, RESIZE ON
-    THE GPU)."""
+    THE GPU). ``augment``: a ``dali_augment`` is given; it is handed the resized images where
+    the decode left them, so larger batches keep both on the GPU for it, as before."""
     if not gpu:
         return "cpu", "cpu"
     if decode == "auto" and batch_size > SMALL_BATCH:
-        return ("cpu", "gpu") if threads >= CPU_DECODE_THREADS else ("gpu", "gpu")
+        many = threads >= CPU_DECODE_THREADS and not augment
+        return ("cpu", "gpu") if many else ("gpu", "gpu")
     decoded = "cpu" if decode == "auto" else decode
     return decoded, decoded if resize == "auto" else resize
 
@@ -260,7 +262,9 @@ class DaliLoader(DaliGraph, LoaderBase):
         # None: plain reads for image trees (a map + unmap per small file costs more than a read),
         # mapping for shards (a few large files); BENCHMARKS.md, "Loaders"
         self.dont_use_mmap = index.kind == "tree" if dont_use_mmap is None else bool(dont_use_mmap)
-        self.decode, self.resize = placement(decode, resize, self.gpu, batch_size, self.workers)
+        self.decode, self.resize = placement(
+            decode, resize, self.gpu, batch_size, self.workers, dali_augment is not None
+        )
         # training on a tree: torch's order, fed file by file (ORDER); else DALI's readers
         self._dealt = self.train and index.kind == "tree"
         # training on shards: a pipeline per epoch, its shards in that epoch's order (ORDER)

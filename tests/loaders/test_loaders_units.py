@@ -205,33 +205,37 @@ def test_dali_decode_choices(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("decode", "resize", "gpu", "batch", "threads", "where"),
+    ("decode", "resize", "gpu", "batch", "threads", "augment", "where"),
     [
         # without a GPU everything is on the CPU
-        ("auto", "auto", False, 256, 16, ("cpu", "cpu")),
+        ("auto", "auto", False, 256, 16, False, ("cpu", "cpu")),
         # small batches: the CPU decodes and resizes (SMALL BATCHES), or the GPU resizes if asked
-        ("auto", "auto", True, 64, 16, ("cpu", "cpu")),
-        ("auto", "auto", True, 64, 2, ("cpu", "cpu")),
-        ("auto", "gpu", True, 64, 16, ("cpu", "gpu")),
+        ("auto", "auto", True, 64, 16, False, ("cpu", "cpu")),
+        ("auto", "auto", True, 64, 2, False, ("cpu", "cpu")),
+        ("auto", "gpu", True, 64, 16, False, ("cpu", "gpu")),
         # larger: the CPU decodes, the GPU resizes, on enough threads; else the GPU does both
-        ("auto", "auto", True, 65, 12, ("cpu", "gpu")),
-        ("auto", "auto", True, 256, 16, ("cpu", "gpu")),
-        ("auto", "auto", True, 256, 11, ("gpu", "gpu")),
-        ("auto", "gpu", True, 256, 4, ("gpu", "gpu")),
+        ("auto", "auto", True, 65, 12, False, ("cpu", "gpu")),
+        ("auto", "auto", True, 256, 16, False, ("cpu", "gpu")),
+        ("auto", "auto", True, 256, 11, False, ("gpu", "gpu")),
+        ("auto", "gpu", True, 256, 4, False, ("gpu", "gpu")),
+        # your dali_augment gets GPU nodes at larger batches, as before
+        ("auto", "auto", True, 256, 16, True, ("gpu", "gpu")),
+        ("auto", "auto", True, 64, 16, True, ("cpu", "cpu")),
         # asked for: as asked, the resize where the decode ran unless asked for the GPU
-        ("cpu", "auto", True, 256, 16, ("cpu", "cpu")),
-        ("cpu", "gpu", True, 256, 2, ("cpu", "gpu")),
-        ("gpu", "auto", True, 64, 16, ("gpu", "gpu")),
+        ("cpu", "auto", True, 256, 16, False, ("cpu", "cpu")),
+        ("cpu", "gpu", True, 256, 2, False, ("cpu", "gpu")),
+        ("gpu", "auto", True, 64, 16, False, ("gpu", "gpu")),
     ],
 )
-def test_dali_places_decode_and_resize(decode, resize, gpu, batch, threads, where):
-    """Where DALI decodes and resizes, from the asked options, the device, the batch and the
-    threads (loaders/dali_backend.py: SMALL BATCHES, LARGER BATCHES ON ENOUGH THREADS)."""
+def test_dali_places_decode_and_resize(decode, resize, gpu, batch, threads, augment, where):
+    """Where DALI decodes and resizes, from the asked options, the device, the batch, the
+    threads and a dali_augment (loaders/dali_backend.py: SMALL BATCHES, LARGER BATCHES ON
+    ENOUGH THREADS)."""
     pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     from loaders.dali_backend import CPU_DECODE_THREADS, SMALL_BATCH, placement
 
     assert (SMALL_BATCH, CPU_DECODE_THREADS) == (64, 12)  # the table's edges
-    assert placement(decode, resize, gpu, batch, threads) == where
+    assert placement(decode, resize, gpu, batch, threads, augment) == where
 
 
 def test_dali_resize_choices(tmp_path):
