@@ -244,6 +244,23 @@ def test_dali_augment_on_gpu_and_cpu_nodes(tiny_gpu, decode):
     assert all(torch.equal(flipped[k], plain[k].flip(-1)) for k in plain)
 
 
+@pytest.mark.parametrize("kind", ["tree", "shards"])
+def test_dali_auto_at_a_larger_batch_evaluates_as_the_cpu_resize_does(tiny_gpu, kind):
+    """Evaluation at 128 a batch on 12 threads: ``decode="auto"`` decodes on the CPU and resizes
+    on the GPU (full-size images go to the GPU); every sample once, the same pictures as the
+    CPU resize's to within the two resizes' rounding. Not yet run on a GPU (written
+    2026-12-07)."""
+    from loaders import build_loader
+
+    kw = dict(image_size=32, workers=12, train=False, return_keys=True)
+    auto = build_loader(tiny_gpu[kind], "dali", 128, **kw)
+    assert (auto.decode, auto.resize) == ("cpu", "gpu")
+    on_gpu = _keyed(auto)
+    on_cpu = _keyed(build_loader(tiny_gpu[kind], "dali", 128, decode="cpu", **kw))
+    assert on_gpu.keys() == on_cpu.keys() == set(range(300))
+    assert max((on_gpu[k].float() - on_cpu[k].float()).abs().mean() for k in on_cpu) < 0.1
+
+
 @pytest.mark.parametrize(
     ("backend", "kind"), [("torch", "tree"), ("torch", "shards"), ("wds", "shards")]
 )
