@@ -208,8 +208,9 @@ def build_loader(
       the host be k - 1 steps ahead; 0 never waits), ``pace_lead_ms`` (with ``pace=1``: let
       the host go on this long before the previous step is due to end, at most a tenth of a
       step; 5 by default, 0 waits for the end: :mod:`loaders.pacing`), ``decode`` (auto, gpu
-      or cpu), ``resize`` (auto: where the decode runs; gpu: a CPU decode's crops resized on
-      the GPU, half the CPU's work),
+      or cpu; auto: on the CPU at ≤ 64 a batch, and above with ≥ 12 threads, else on the GPU),
+      ``resize`` (auto: on the GPU where auto decodes a larger batch on the CPU, else where the
+      decode runs; gpu: a CPU decode's crops resized on the GPU, half the CPU's work),
       ``dali_augment`` (your function of DALI DataNodes, called inside the pipeline definition
       on the uint8 HWC images at the output size, before flip and normalisation:
       :meth:`loaders.dali_backend.DaliLoader._augment`).
