@@ -107,6 +107,7 @@ class _Reading:
     net_bytes: int
     own_cpu_s: float | None = None  # CPU seconds of the watched process tree
     no_process_s: float = 0.0  # CPU seconds no process owns: steal, interrupts (all cores)
+    steal_s: float | None = None  # CPU seconds the hypervisor gave elsewhere (all cores)
 
 
 def _tree_cpu_s(pid: int) -> float | None:
@@ -298,7 +299,10 @@ class Monitor:
         own = _tree_cpu_s(self._watch) if self._watch is not None else None
         t = psutil.cpu_times()
         no_process = sum(getattr(t, k, 0.0) for k in ("steal", "irq", "softirq"))
-        return _Reading(time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes, own, no_process)
+        steal = getattr(t, "steal", None)  # Linux; 0 on bare metal
+        return _Reading(
+            time.monotonic(), cpu, disk_bytes, disk_ops, net_bytes, own, no_process, steal
+        )
 
     def _make_sample(self, a: _Reading, b: _Reading) -> MonitorSample:
         dt = b.t - a.t
@@ -325,6 +329,7 @@ class Monitor:
             gpu_power_w=power,
             own_busy_cores=_own_cores(a, b, dt),
             other_busy_cores=_other_cores(a, b, dt, sum(cpu) / 100.0),
+            steal_cores=_steal_cores(a, b, dt),
         )
 
     # --- devices ------------------------------------------------------------------------------
@@ -427,6 +432,14 @@ def _own_cores(a: _Reading, b: _Reading, dt: float) -> float | None:
     if a.own_cpu_s is None or b.own_cpu_s is None or dt <= 0:
         return None
     return round(max(0.0, b.own_cpu_s - a.own_cpu_s) / dt, 3)
+
+
+def _steal_cores(a: _Reading, b: _Reading, dt: float) -> float | None:
+    """Cores' worth of CPU time the hypervisor ran something else while this machine's vCPUs
+    wanted to run (the kernel's steal), between two readings; None where it is not reported."""
+    if a.steal_s is None or b.steal_s is None or dt <= 0:
+        return None
+    return round(max(0.0, b.steal_s - a.steal_s) / dt, 3)
 
 
 def _other_cores(a: _Reading, b: _Reading, dt: float, busy_cores: float) -> float | None:

@@ -11,6 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LOADED_PERCENT = 50.0
+# Steal (a VM's vCPUs kept waiting by the hypervisor) from this share of the machine's cores on
+# is worth saying: a host-bound step (small batches) runs on two threads, and a vCPU that loses
+# this share of its time loses it from the step.
+STEAL_SAID = 0.01
+
+
+def steal_said(steal_cores: float | None, cores: int) -> bool:
+    """Whether ``steal_cores`` (a window's mean) is enough of ``cores`` to say (STEAL_SAID)."""
+    return steal_cores is not None and cores > 0 and steal_cores >= STEAL_SAID * cores
 
 
 @dataclass
@@ -34,6 +43,10 @@ class MonitorSample:
     own_busy_cores: float | None = None
     # cores' worth used by processes outside that tree (steal and interrupts left out)
     other_busy_cores: float | None = None
+    # cores' worth of time a VM's vCPUs wanted to run and the hypervisor ran something else
+    # (steal; 0 on bare metal); counted as busy in cpu_percent. None: not reported, or an older
+    # file
+    steal_cores: float | None = None
 
 
 @dataclass
@@ -87,7 +100,7 @@ def summarize(
     ``cores_saturated`` (cores ≥ 90% busy on average), ``cores``, ``mem_used_bytes_max``,
     ``disk_read_mb_per_s_mean`` / ``_max``, ``disk_read_iops_mean``, ``net_recv_mb_per_s_mean``
     / ``_max``, where a process tree was watched ``own_busy_cores_mean`` and
-    ``other_busy_cores_mean``; with GPU readings (the
+    ``other_busy_cores_mean``, where steal was read ``steal_cores_mean``; with GPU readings (the
     GPUs in ``gpus``, default all) ``gpu_util_percent_mean`` / ``_max`` and
     ``gpu_mem_used_bytes_max``; under load (module docstring)
     ``gpu_sm_clock_mhz_min_loaded`` / ``_max_loaded``, ``gpu_power_w_mean_loaded`` /
@@ -118,9 +131,12 @@ def _cpu_disk_net(picked: list[tuple[MonitorSample, float]]) -> dict[str, float]
     net = [(s.net_recv_bytes_per_s / 1e6, w) for s, w in picked]
     own = [(s.own_busy_cores, w) for s, w in picked if s.own_busy_cores is not None]
     other = [(s.other_busy_cores, w) for s, w in picked if s.other_busy_cores is not None]
+    steal = [(s.steal_cores, w) for s, w in picked if s.steal_cores is not None]
     mine = {"own_busy_cores_mean": _mean(own)} if own else {}
     if other:
         mine["other_busy_cores_mean"] = _mean(other)
+    if steal:
+        mine["steal_cores_mean"] = _mean(steal)
     return mine | {
         "cpu_percent_mean": _mean(machine),
         "cpu_percent_max": max(v for v, _ in machine),

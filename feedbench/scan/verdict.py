@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from feedbench.core.timeline import summarize
+from feedbench.core.timeline import steal_said, summarize
 from feedbench.core.words import count, setup_text
 from feedbench.scan.results import (
     NOT_VALID,
@@ -140,7 +140,10 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         feeding=feeding,
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
-        evidence=_evidence(top, stages, (machine, own), cores, seen.get("disk_read_mb_per_s_mean")),
+        evidence=_evidence(
+            top, stages, (machine, own, seen.get("steal_cores_mean")), cores,
+            seen.get("disk_read_mb_per_s_mean"),
+        ),  # fmt: skip
         repeats=[
             m
             for m in result.measurements
@@ -177,17 +180,23 @@ def _warm_ratio(result: ScanResult, n: int) -> float | None:
 def _evidence(
     top: Measurement,
     stages: list[StageStats],
-    busy: tuple[float | None, float | None],
+    busy: tuple[float | None, float | None, float | None],
     cores: int,
     disk: float | None,
 ) -> list[str]:
-    """The measurements behind a verdict: CPU, the barrier's cost, disk, read latency (each
-    stage's share is in the stage table)."""
+    """The measurements behind a verdict: CPU (``busy``: the machine's, this scan's, the
+    hypervisor's steal), the barrier's cost, disk, read latency (each stage's share is in the
+    stage table)."""
     evidence = []
-    machine, own = busy
+    machine, own, steal = busy
     if machine is not None:
         mine = f", {own:.1f} by this scan" if own is not None else ""
         evidence.append(f"CPU: {machine:.1f} of {cores} cores busy on average{mine}")
+    if steal_said(steal, cores):
+        evidence.append(
+            f"the hypervisor took {steal:.2f} of {cores} cores' time (steal): this VM shares its "
+            "CPUs, and its speed moves with what they are given"
+        )
     idle = [c.barrier_idle_s for c in top.per_consumer if c.barrier_idle_s is not None]
     if idle:
         evidence.append(

@@ -7,6 +7,7 @@ from dataclasses import replace
 from statistics import fmean, median, stdev
 
 from feedbench.core.stats import percentiles
+from feedbench.core.timeline import steal_said
 from feedbench.verify.results import (
     MEANS,
     SYNTHETIC,
@@ -128,6 +129,9 @@ def compare(result: VerifyResult, threshold: float | None = None) -> VerifyResul
         cores = cores_text(last[0], result.host.cpu_count) if v.loader != SYNTHETIC else None
         if cores:
             v.text += "; " + cores
+        stolen = steal_text(last[0], result.host.cpu_count)
+        if stolen:
+            v.text += "; " + stolen
         if last[0].drain is not None:
             v.text += "; " + drain_text(last[0].drain)
         if last[0].turn_waits is not None:
@@ -240,6 +244,19 @@ def cores_text(run: VerifyRun, cores: int) -> str | None:
     return (
         f"it waited with {busy:.1f} of {cores} cores busy: not for cores (its queue, its "
         "pacing, storage or a lock)"
+    )
+
+
+def steal_text(run: VerifyRun, cores: int) -> str | None:
+    """``the hypervisor took X of N cores (steal)`` where this run's window lost at least
+    STEAL_SAID of the machine to it: a VM's CPU time is shared, and what it gets moves the
+    step's and the loader's speed from run to run; None below that or unmeasured."""
+    steal = run.steal_cores_mean
+    if not steal_said(steal, cores):
+        return None
+    return (
+        f"the hypervisor took {steal:.2f} of {cores} cores' time (steal) in its window: this "
+        "VM shares its CPUs, and its speed moves with what they are given"
     )
 
 

@@ -257,6 +257,9 @@ class VerifyRun:
     gpu_peak_alloc_bytes: int | None = None  # torch allocator peak, worst rank
     cpu_percent_mean: float | None = None  # psutil, whole machine, measured window
     busy_cores_mean: float | None = None
+    # cores' worth the hypervisor gave elsewhere while this VM's vCPUs wanted to run (steal),
+    # measured window; 0 on bare metal; None: not read (an older file)
+    steal_cores_mean: float | None = None
     total_s: float = 0.0  # launch to exit, start-up and warm-up included
     log: str | None = None  # torchrun's output
     monitor: Timeline | None = None  # the whole run

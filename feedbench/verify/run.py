@@ -58,6 +58,7 @@ def window_figures(run: VerifyRun, timeline: Timeline, mono0: float, device: str
     stats = summarize(timeline, a, b, used)
     run.cpu_percent_mean = stats.get("cpu_percent_mean")
     run.busy_cores_mean = stats.get("busy_cores_mean")
+    run.steal_cores_mean = stats.get("steal_cores_mean")
     run.gpu_util_percent_mean = stats.get("gpu_util_percent_mean")
     run.gpu_sm_clock_mhz_min = stats.get("gpu_sm_clock_mhz_min_loaded")
     run.gpu_power_w_mean = stats.get("gpu_power_w_mean_loaded")

@@ -327,3 +327,33 @@ def test_summarize(samples, expected):
         assert "gpu_util_percent_mean" not in got  # not measured is not zero
     if not any(s.gpu_sm_clock_mhz for s in samples):
         assert "gpu_sm_clock_mhz_min_loaded" not in got
+
+
+def test_steal_is_read_time_weighted_and_absent_where_unread():
+    """The hypervisor's steal, cores' worth (a VM's): weighed by each reading's span like the
+    other means; a timeline without it (bare counters unread, an older file) has no key."""
+    a, b = _s(1.0, [50, 50]), _s(4.0, [50, 50])
+    a.steal_cores, b.steal_cores = 0.4, 0.0
+    got = summarize(Timeline(label="t", interval_s=1.0, samples=[a, b]))
+    assert got["steal_cores_mean"] == pytest.approx(0.1)  # (0.4 × 1 + 0 × 3) / 4
+    plain = summarize(Timeline(label="t", interval_s=1.0, samples=[_s(1.0, [50])]))
+    assert "steal_cores_mean" not in plain
+
+
+def test_steal_between_two_readings_is_cores_worth():
+    from feedbench.core.monitor import _Reading, _steal_cores
+
+    def reading(t, steal):
+        return _Reading(t, [], 0, 0, 0, steal_s=steal)
+
+    assert _steal_cores(reading(10.0, 5.0), reading(12.0, 6.0), 2.0) == 0.5
+    assert _steal_cores(reading(10.0, 6.0), reading(12.0, 5.0), 2.0) == 0.0  # never below 0
+    assert _steal_cores(reading(10.0, None), reading(12.0, 6.0), 2.0) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="steal is a Linux counter")
+def test_a_linux_monitor_records_steal():
+    with Monitor(interval_s=0.1) as m:
+        time.sleep(0.35)
+    assert m.timeline.samples and all(s.steal_cores is not None for s in m.timeline.samples)
+    assert all(0 <= s.steal_cores <= len(s.cpu_percent) for s in m.timeline.samples)

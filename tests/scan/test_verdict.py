@@ -142,6 +142,19 @@ def test_the_cpu_is_read_over_the_window_the_consumers_measured_in():
     assert older.resource == "cpu (too few workers)"
 
 
+def test_the_hypervisors_steal_is_evidence_from_a_hundredth_of_the_cores():
+    """A VM whose hypervisor kept its vCPUs waiting 0.2 of 4 cores' time (5%) in the window
+    says so beside the CPU; 0.03 (under 1% of the machine) and an older file say nothing."""
+    for steal, said in ((0.2, True), (0.03, False), (None, False)):
+        monitor = timeline([90.0] * 4)
+        for s in monitor.samples:
+            s.steal_cores = steal
+        v = judge(result(STAGES, [consumer(0)], monitor=monitor))
+        line = "the hypervisor took 0.20 of 4 cores' time (steal): this VM shares its CPUs"
+        assert any(e.startswith(line) for e in v.evidence) == said, steal
+        assert said or not any("steal" in e for e in v.evidence)
+
+
 def test_stage_bound_on_idle_cpu_asks_for_workers():
     v = judge(result(STAGES, [consumer(0)], monitor=timeline([20.0] * 4)))
     assert v.resource == "cpu (too few workers)"

@@ -9,8 +9,9 @@ from types import SimpleNamespace as NS
 
 import pytest
 
+from feedbench.core.timeline import STEAL_SAID
 from feedbench.verify import results as verify_results
-from feedbench.verify.analysis import CPU_FULL, WAIT_EXPLAINED, compare, cores_text
+from feedbench.verify.analysis import CPU_FULL, WAIT_EXPLAINED, compare, cores_text, steal_text
 
 RUN13 = Path(__file__).resolve().parents[2] / "benchmarks" / "2026-12-04-h200-run13"
 
@@ -45,3 +46,33 @@ def test_recorded_h200_runs_say_whether_the_cpu_explains_the_wait():
 def test_the_rule_at_its_edges(wait, busy, said):
     text = cores_text(NS(data_wait_fraction=wait, busy_cores_mean=busy), 16)
     assert (text is None) if said is None else (said in text)
+
+
+@pytest.mark.parametrize(
+    ("steal", "said"),
+    [
+        (None, False),  # not read: an older file
+        (0.0, False),  # bare metal
+        (STEAL_SAID * 16 - 0.01, False),
+        (STEAL_SAID * 16, True),
+        (1.5, True),
+    ],
+)
+def test_steal_is_said_from_a_hundredth_of_the_machine(steal, said):
+    text = steal_text(NS(steal_cores_mean=steal), 16)
+    assert (text is not None) == said
+    if said:
+        assert f"the hypervisor took {steal:.2f} of 16 cores' time (steal)" in text
+
+
+def test_a_recorded_run_with_steal_says_so_in_every_verdict():
+    """Run 13's 64 per GPU, with its windows given 0.5 cores of steal (the field is newer than
+    the run): every loader's verdict, the ceiling's too, says it; unread, none does."""
+    result = verify_results.load(RUN13 / "check-b64-r1.json.gz")
+    compare(result)
+    assert not any("steal" in v.text for v in result.verdicts)
+    result = verify_results.load(RUN13 / "check-b64-r1.json.gz")
+    for run in result.runs:
+        run.steal_cores_mean = 0.5
+    compare(result)
+    assert all("the hypervisor took 0.50 of 16 cores' time" in v.text for v in result.verdicts)
