@@ -8,9 +8,10 @@
 # against a GPU decode at 0.94 in runs 16 and 21; xd64: the same variant at 64 between two of the
 # default; run 18 settled 8 threads against 16 at 64: no difference), and the third repeat at 256
 # last: a changed default would have to run all three again. A new machine starts the queue
-# over; to go on after run 21's tasks, seed it first:
+# over. DALI's default at 256 changed after run 22 (8f73880): its checks and scans at 256 run
+# again; to skip what 64 per GPU already has (runs 20 and 22), seed it first:
 #   printf '%s\n' 'c64-r1|196|0' 's64|268|0' 'c64-r2|187|0' 'c64-r3|209|0' \
-#     'c256-r1|224|0' 's256|216|0' 'c256-r2|222|0' > /tmp/issue29.queue
+#     'xc64|230|0' 'xd64|133|0' 'x256|97|0' > /tmp/issue29.queue
 # 64 per GPU goes first: it has the least evidence; at each size the scans come right after its
 # first check, so that scan and verify run minutes apart on a host whose speed drifts (run 19). The
 # whole queue (~2,800 s; run 20: a check at 64 took 187–209 s, its three scans 268 s) passes
