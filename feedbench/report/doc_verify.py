@@ -58,7 +58,7 @@ def _row(r: VerifyRun) -> Row:
         "images_per_s": r.images_per_s or None, "speedup": r.speedup,
         "efficiency": r.efficiency, "ceiling": r.ceiling_fraction,
         "data_wait": r.data_wait_fraction, "gpu_util": r.gpu_util_percent_mean,
-        "busy_cores": r.busy_cores_mean,
+        "busy_cores": r.busy_cores_mean, "steal_cores": r.steal_cores_mean,
         "step_ms": r.breakdown.step_s * 1e3 if r.breakdown else None,
     }  # fmt: skip
 
@@ -75,6 +75,7 @@ VERIFY_CSV = [
     ("data wait fraction of step (0-1)", "data_wait"),
     ("GPU utilisation (%)", "gpu_util"),
     ("busy CPU cores", "busy_cores"),
+    ("hypervisor steal (cores)", "steal_cores"),
     ("step (ms)", "step_ms"),
 ]
 

@@ -161,6 +161,8 @@ def test_a_verify_result_is_shown_again_and_as_csv(cli, verify_run, tmp_path):
     _, rows = read_csv(csv_text)
     assert [(r["loader"], int(r["ranks"])) for r in rows] == [("baseline", 1)]
     assert float(rows[0]["images/s"]) == doc["runs"][0]["images_per_s"]
+    steal = doc["runs"][0]["steal_cores_mean"]  # this VM's, read over the run's window (Linux)
+    assert rows[0]["hypervisor steal (cores)"] == ("" if steal is None else str(steal))
     assert md_table(md, "loader")[0][0] == "baseline"
 
 
