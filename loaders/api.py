@@ -146,7 +146,8 @@ def choose_backend(index: SampleIndex, device: torch.device, cores: int) -> tupl
         return cpu, f"{cpu}: {cores} cores for this rank (≥ {AUTO_CPU_CORES}) decode on the CPU"
     if not _has_dali():
         return cpu, f"{cpu}: {cores} cores for this rank, but DALI is not installed"
-    return "dali", f"dali: {cores} cores for this rank (< {AUTO_CPU_CORES}): DALI's decode"
+    why = f"{cores} cores for this rank (< {AUTO_CPU_CORES}): DALI picks where to decode"
+    return "dali", f"dali: {why}"
 
 
 def _has_dali() -> bool:
