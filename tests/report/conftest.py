@@ -9,16 +9,6 @@ import sys
 import pytest
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the group off the marks
-def pytest_collection_modifyitems(items):
-    """This package's tests on one xdist worker (``--dist loadgroup``): its package fixtures
-    (real scans and a verify) are then made once, not once per worker."""
-    here = __file__.rsplit("/", 1)[0]
-    for item in items:
-        if str(item.path).startswith(here + "/"):
-            item.add_marker(pytest.mark.xdist_group("report"))
-
-
 @pytest.fixture(scope="package")
 def scans(tmp_path_factory, dataset):
     """Two real scans of the same images: local reads, and reads with 20 ms added per file
