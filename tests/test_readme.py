@@ -17,7 +17,7 @@ DOCS = ROOT / "docs"
 SETUP = [
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && feedbench scan",
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && "
-    "python -m pytest -q -n 2 --dist loadgroup && ruff check .",
+    "python -m pytest -q -n 2 && ruff check .",
 ]
 # rules the machine decides, not the README's options: this VM has 23 GB of RAM and is shared;
 # and at 400 images a pass lasts a fraction of a second, so the consumers' start-up skew decides
