@@ -121,10 +121,9 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         feeding = f"{_rate(rate)} samples/s = {share}× the appetite of one {what}"
     stages = [s for s in top.stages if s.available and s.name != "transfer-pageable"]
     seen = summarize(top.monitor, *window_on_monitor(top))
-    machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
     # the machine's busy cores decide: cores taken by other work limit the scan too (the
     # sizing rules mark such a run, and the text says whose the cores were)
-    busy = machine
+    busy = seen.get("busy_cores_mean")
     cores = result.host.cpu_count
     return _Case(
         top=top,
@@ -140,10 +139,7 @@ def _case(result: ScanResult, top: Measurement, target_au: float) -> _Case:
         feeding=feeding,
         supported=_supported(result, target_au) if appetite else None,
         feeds=feeds,
-        evidence=_evidence(
-            top, stages, (machine, own, seen.get("steal_cores_mean")), cores,
-            seen.get("disk_read_mb_per_s_mean"),
-        ),  # fmt: skip
+        evidence=_evidence(top, stages, seen, cores),
         repeats=[
             m
             for m in result.measurements
@@ -177,18 +173,13 @@ def _warm_ratio(result: ScanResult, n: int) -> float | None:
     return None
 
 
-def _evidence(
-    top: Measurement,
-    stages: list[StageStats],
-    busy: tuple[float | None, float | None, float | None],
-    cores: int,
-    disk: float | None,
-) -> list[str]:
-    """The measurements behind a verdict: CPU (``busy``: the machine's, this scan's, the
-    hypervisor's steal), the barrier's cost, disk, read latency (each stage's share is in the
-    stage table)."""
+def _evidence(top: Measurement, stages: list[StageStats], seen: dict, cores: int) -> list[str]:
+    """The measurements behind a verdict: CPU (from ``seen``, the monitor over the consumers'
+    window: the machine's busy cores, this scan's, the hypervisor's steal), the barrier's cost,
+    disk, read latency (each stage's share is in the stage table)."""
     evidence = []
-    machine, own, steal = busy
+    machine, own = seen.get("busy_cores_mean"), seen.get("own_busy_cores_mean")
+    steal, disk = seen.get("steal_cores_mean"), seen.get("disk_read_mb_per_s_mean")
     if machine is not None:
         mine = f", {own:.1f} by this scan" if own is not None else ""
         evidence.append(f"CPU: {machine:.1f} of {cores} cores busy on average{mine}")
