@@ -21,6 +21,20 @@ from collections.abc import Iterator
 RESERVE_CORES = 2
 
 
+def cpu_list(cpus) -> str:
+    """``{0, 1, 2, 5}`` → ``"0-2,5"`` (the kernel's own list format)."""
+    out: list[str] = []
+    ordered = sorted(cpus)
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
 def _siblings(cpu: int) -> set[int]:
     """``cpu`` and its SMT siblings (the other hardware threads of its physical core)."""
     path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"

@@ -35,6 +35,7 @@ from collections.abc import Iterator
 
 import torch
 
+from loaders.affinity import cpu_list
 from loaders.data import SampleIndex, Skipped
 from loaders.dist import DistInfo, eval_indices
 from loaders.dropin import EpochSampler
@@ -106,6 +107,7 @@ class LoaderBase:
     chosen_by: str | None = None  # backend="auto": the backend picked and why (build_loader)
 
     backend = "base"
+    _worker_word = "workers"  # what ``workers`` counts, in settings()
     can_reshard = False  # whether an epoch can resume on another world size
     workers = 0  # DataLoader worker processes (torch, wds) or DALI CPU threads
 
@@ -199,6 +201,21 @@ class LoaderBase:
     def num_workers(self) -> int:
         """Worker processes (torch, wds) or DALI CPU threads, as DataLoader's ``num_workers``."""
         return self.workers
+
+    def settings(self) -> str:
+        """What this loader runs with where its defaults chose, in words: where it decodes, its
+        workers (DALI: threads) and the cores they may run on (``reserve_cores``). verify keeps
+        it for each run: the defaults pick these from the batch, the GPU and the cores."""
+        return ", ".join(self._settings())
+
+    def _settings(self) -> list[str]:
+        decode = getattr(self, "decode", None)  # "cpu" or "gpu" in every backend of ours
+        words = [f"decode on the {decode.upper()}"] if decode else []
+        word = self._worker_word if self.workers != 1 else self._worker_word[:-1]
+        words.append(f"{self.workers} {word}")
+        cpus = getattr(self, "_loader_cpus", None)
+        words.append(f"on cores {cpu_list(cpus)}" if cpus else "on every core")
+        return words
 
     @property
     def next_epoch(self) -> int:

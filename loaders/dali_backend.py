@@ -222,6 +222,7 @@ class DaliLoader(DaliGraph, LoaderBase):
     """NVIDIA DALI backend; see the module docstring for the pipeline and the length rule."""
 
     backend = "dali"
+    _worker_word = "threads"
 
     def __init__(
         self,
@@ -288,6 +289,12 @@ class DaliLoader(DaliGraph, LoaderBase):
         self._epoch_start: dict | None = None  # its state at the start of the epoch begun last
 
     # --- the pipeline -------------------------------------------------------------------------
+
+    def _settings(self) -> list[str]:
+        words = super()._settings()
+        words.insert(1, f"resize on the {self.resize.upper()}")
+        return words
+
     def _build(self, epoch: int, checkpoint: bytes | None = None, plan=None) -> None:
         """A pipeline (and its iterator) for ``epoch``, or restored from ``checkpoint``; a dealt
         one (ORDER) starts at ``plan`` = (epoch, batch) (the checkpoint's plan when restoring)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 from feedbench.report.doc import Document, Row, Shown, SystemBlock, Table, command_text, dash
 from feedbench.report.fmt import fmt_bytes, fmt_rate
 from feedbench.report.sut import system_facts
-from feedbench.report.verify_console import tuned_settings
+from feedbench.report.verify_console import ran_with, tuned_settings
 from feedbench.verify.analysis import loaders_in
 from feedbench.verify.results import VerifyResult, VerifyRun, unit_plural
 
@@ -35,6 +35,7 @@ def verify_document(result: VerifyResult, source: str) -> Document:
         method.insert(0, ("data", f"{ds.path}: {ds.format}, {ds.files:,} files, "
                                   f"{fmt_bytes(ds.bytes)}"))  # fmt: skip
     method += [("setting", s) for s in tuned_settings(cfg)]
+    method += [("ran with", s) for s in ran_with(result.runs, unit)]
     return Document(
         kind="verify",
         title="Does DDP training scale with these loaders?",
@@ -60,6 +61,7 @@ def _row(r: VerifyRun) -> Row:
         "data_wait": r.data_wait_fraction, "gpu_util": r.gpu_util_percent_mean,
         "busy_cores": r.busy_cores_mean, "steal_cores": r.steal_cores_mean,
         "step_ms": r.breakdown.step_s * 1e3 if r.breakdown else None,
+        "loader_settings": r.loader_settings,
     }  # fmt: skip
 
 
@@ -77,6 +79,7 @@ VERIFY_CSV = [
     ("busy CPU cores", "busy_cores"),
     ("hypervisor steal (cores)", "steal_cores"),
     ("step (ms)", "step_ms"),
+    ("loader settings (decode, workers, cores)", "loader_settings"),
 ]
 
 

@@ -18,6 +18,7 @@ from feedbench.verify.results import (
     VerifyRun,
     fmt_wait,
     unit_plural,
+    units,
 )
 
 _TABLE_STYLE: dict[str, Any] = dict(
@@ -35,6 +36,9 @@ def render_verify(result: VerifyResult, console: Console) -> None:
         console.print("settings: " + "; ".join(plain(t) for t in settings))
     order = loaders_in(result)
     runs = sorted(result.runs, key=lambda r: (order.index(r.loader), r.gpus))
+    chosen = ran_with(runs, unit)
+    if chosen:
+        console.print("loaders ran with: " + "; ".join(plain(t) for t in chosen))
     print_table(console, _throughput_table(runs))
     print_table(console, _step_table(runs))
     _print_sentences(result, unit, console)
@@ -85,6 +89,24 @@ def tuned_settings(cfg: dict[str, Any]) -> list[str]:
     if cfg.get("workers") is not None:
         tuned.append(f"{count(cfg['workers'], 'loader worker')} (DALI: threads) per rank")
     return tuned
+
+
+def ran_with(runs: list[VerifyRun], unit: str) -> list[str]:
+    """What each library loader chose (its ``loader_settings``: where it decoded, its workers
+    and their cores), once per loader, or per rank count where those differ (unescaped)."""
+    seen: dict[str, dict[str, list[int]]] = {}
+    for r in runs:
+        if r.loader_settings:
+            seen.setdefault(r.loader, {}).setdefault(r.loader_settings, []).append(r.gpus)
+    out = []
+    for loader, by_text in seen.items():
+        if len(by_text) == 1:
+            out.append(f"{loader}: {next(iter(by_text))}")
+            continue
+        for text, gpus in by_text.items():
+            many = f"{', '.join(map(str, gpus))} {unit_plural(unit)}"
+            out.append(f"{loader} on {units(gpus[0], unit) if len(gpus) == 1 else many}: {text}")
+    return out
 
 
 def _column(table: Table, name: str) -> None:

@@ -99,6 +99,7 @@ class VerifyLoader:
 
     name = "base"
     workers: int | None = None
+    settings: str | None = None  # the library loader's: where it decodes, workers, cores
 
     def __len__(self) -> int:  # pragma: no cover - interface
         raise NotImplementedError
@@ -299,6 +300,7 @@ class LibraryLoader(VerifyLoader):
         self.name = name
         self.inner = inner
         self.workers = workers
+        self.settings = inner.settings() if hasattr(inner, "settings") else None
 
     def __len__(self) -> int:
         return len(self.inner)

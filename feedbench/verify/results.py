@@ -103,6 +103,7 @@ class StepSeries:
     peak_mem_bytes: int | None = None  # torch.cuda.max_memory_allocated (GPU only)
     batches_per_epoch: int | None = None
     workers: int | None = None
+    loader_settings: str | None = None  # what the library loader chose (LoaderBase.settings)
     cpus: str | None = None  # the cores this rank ran on (its affinity, e.g. "0-15")
     ddp: str | None = None  # the DDP settings this rank ran with, read back from DDP itself
     compiled: str | None = None  # torch.compile mode of this rank's model (None: eager)
@@ -220,6 +221,9 @@ class VerifyRun:
     error: str | None = None
     source: str | None = None  # what the loader read
     workers: int | None = None  # loader workers per rank
+    # the library loader's choices, rank 0's: where it decodes (DALI: and resizes), its
+    # workers and their cores (LoaderBase.settings); None for others and in older files
+    loader_settings: str | None = None
     cpus: list[str] | None = None  # each rank's cores (its CPU affinity), in rank order
     steps: int = 0  # measured steps (the fewest any rank completed)
     warmup_steps: int = 0

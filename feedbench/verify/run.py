@@ -98,6 +98,9 @@ def run_one(
         run.log = log_path if log_dir else None
         run.monitor = timeline
         run.workers = next((s.workers for s in run.ranks if s.workers is not None), None)
+        run.loader_settings = next(
+            (s.loader_settings for s in run.ranks if s.loader_settings), None
+        )
         run.cpus = [s.cpus for s in run.ranks] if any(s.cpus for s in run.ranks) else None
         run.epochs = max((max(s.epoch) + 1 for s in run.ranks if s.epoch), default=0)
         if not completed(outcome, done, gpus):

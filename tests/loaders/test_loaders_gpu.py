@@ -174,6 +174,8 @@ def test_dali_auto_decodes_small_batches_on_the_cpu(tiny_gpu, batch, threads, de
 
     loader = build_loader(tiny_gpu["tree"], "dali", batch, image_size=32, workers=threads)
     assert (loader.decode, loader.resize) == (decode, resize)
+    said = f"decode on the {decode.upper()}, resize on the {resize.upper()}, {threads} threads"
+    assert loader.settings().startswith(said)  # what verify records and shows
     images, labels = next(iter(loader))[:2]
     assert images.is_cuda and len(images) == batch
     assert label_mismatches(images, labels) == 0

@@ -470,3 +470,26 @@ def test_the_fast_simplejpeg_decode_is_close_to_the_exact_one(dataset):
                           device="cpu", image_size=64, decoder="simplejpeg-fast")  # fmt: skip
     images, labels = next(iter(loader))
     assert images.shape == (4, 3, 64, 64) and len(labels) == 4
+
+
+@pytest.mark.parametrize("backend", ["torch", "wds", "dali"])
+@pytest.mark.parametrize("reserve", [0, 1])
+def test_settings_say_where_the_loader_decodes_and_on_which_cores(tmp_path, backend, reserve):
+    """``settings()``, which verify records for each run: where the defaults put the decode
+    (DALI: and the resize), the workers or threads, and the cores they may use, read from the
+    loader itself (here: no GPU, so the CPU)."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
+    if backend == "wds":
+        pytest.importorskip("webdataset", reason="needs webdataset (the wds extra)")
+    from loaders.affinity import cpu_list, loader_cores
+
+    tiny = make_tiny(tmp_path, n=16, per_shard=8)
+    loader = build_loader(tiny["shards" if backend == "wds" else "tree"], backend, 8,
+                          image_size=16, workers=1, reserve_cores=reserve)  # fmt: skip
+    cores = loader_cores(reserve, 0, 1)  # None: every core (nothing kept, or too few to keep)
+    where = f"on cores {cpu_list(cores)}" if cores else "on every core"
+    one = "1 thread" if backend == "dali" else "1 worker"
+    resize = ["resize on the CPU"] if backend == "dali" else []
+    assert loader.settings() == ", ".join(["decode on the CPU", *resize, one, where])
+    loader.close()

@@ -125,6 +125,15 @@ def test_a_real_verify_runs_the_ceiling_twice_and_keeps_one_synthetic_row(cli, d
     assert rank.worker_slot_wait_s == [0.0]  # no slots on the CPU
     assert torch.worker_times is not None and torch.worker_times.batches == rank.worker_batches[0]
     assert synth.worker_times is None and synth.ranks[0].worker_batches is None
+    # what the torch loader chose is kept and said: the CPU decode, its worker, its cores
+    from loaders.affinity import RESERVE_CORES, cpu_list, loader_cores
+
+    cores = loader_cores(RESERVE_CORES, 0, 1)
+    chosen = "decode on the CPU, 1 worker, " + (
+        f"on cores {cpu_list(cores)}" if cores else "on every core"
+    )
+    assert torch.loader_settings == rank.loader_settings == chosen and synth.loader_settings is None
+    assert f"loaders ran with: torch: {chosen}" in " ".join(r.out.split())  # lines wrapped
 
 
 def test_the_slowdown_is_over_the_mean_ceiling_s_step_as_the_fraction_is():
@@ -163,3 +172,26 @@ def test_a_failed_first_ceiling_is_replaced_by_the_run_after_the_loaders():
         "the synthetic ceiling's first run on 1 GPU did not finish: the fractions there rest "
         "on its run after the loaders alone"
     ]
+
+
+def test_what_each_loader_ran_with_is_said_once_or_per_rank_count():
+    """verify's "loaders ran with" line: a loader's settings once when every run had the same,
+    per rank count where they differ (each rank's cores, a default that moves with the
+    count); runs without settings (synthetic, a user's loader, older files) say nothing."""
+    from feedbench.report.verify_console import ran_with
+
+    runs = [_run("synthetic", 1, 4000.0, 0.0), _run("dali", 1, 3900.0, 0.0),
+            _run("dali", 2, 7700.0, 0.0), _run("torch", 1, 3900.0, 0.0),
+            _run("torch", 2, 7600.0, 0.0), _run("torch", 4, 15000.0, 0.0)]  # fmt: skip
+    cpu = "decode on the CPU, resize on the GPU, 16 threads, on cores 2-15"
+    runs[1].loader_settings = runs[2].loader_settings = cpu
+    runs[3].loader_settings = "decode on the CPU, 14 workers, on cores 2-15"
+    runs[4].loader_settings = runs[5].loader_settings = (
+        "decode on the CPU, 6 workers, on cores 4-15"
+    )
+    assert ran_with(runs, "GPU") == [
+        f"dali: {cpu}",
+        "torch on 1 GPU: decode on the CPU, 14 workers, on cores 2-15",
+        "torch on 2, 4 GPUs: decode on the CPU, 6 workers, on cores 4-15",
+    ]
+    assert ran_with(runs[:1], "GPU") == []

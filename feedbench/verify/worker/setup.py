@@ -20,6 +20,7 @@ from feedbench.verify.loaders import VerifyLoader, make_loader
 from feedbench.verify.results import StepSeries
 from feedbench.verify.worker.models import build_model
 from feedbench.verify.worker.timing import CommTimer, CudaClock, HostClock, timed_allreduce
+from loaders.affinity import cpu_list
 
 
 def share_of_cpus(cpus: set[int] | list[int], index: int, parts: int) -> list[int]:
@@ -33,20 +34,6 @@ def share_of_cpus(cpus: set[int] | list[int], index: int, parts: int) -> list[in
             "to split"
         )
     return ordered[index * len(ordered) // parts : (index + 1) * len(ordered) // parts]
-
-
-def cpu_list(cpus) -> str:
-    """``{0, 1, 2, 5}`` → ``"0-2,5"`` (the kernel's own list format)."""
-    out: list[str] = []
-    ordered = sorted(cpus)
-    i = 0
-    while i < len(ordered):
-        j = i
-        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
-            j += 1
-        out.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 @dataclass
@@ -141,6 +128,7 @@ def open_loader(args: argparse.Namespace, rank: Rank, series: StepSeries) -> Ver
         synthetic_batches=args.synthetic_batches, options=key_values(args.option),
     )  # fmt: skip
     series.workers = loader.workers
+    series.loader_settings = loader.settings
     try:
         series.batches_per_epoch = len(loader)
     except TypeError:  # the user's iterable loader: its epochs are counted as they end
