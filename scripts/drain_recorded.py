@@ -13,7 +13,8 @@ import sys
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.verify import results as verify_results
-from feedbench.verify.analysis import DRAIN_MIN_STEPS, _wait_share, compare, turn_waits_text
+from feedbench.verify.analysis import compare
+from feedbench.verify.diagnose import DRAIN_MIN_STEPS, _wait_share, turn_waits_text
 from feedbench.verify.results import SYNTHETIC
 
 

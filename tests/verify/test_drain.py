@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from feedbench.verify import results as verify_results
-from feedbench.verify.analysis import DRAIN_RISE, compare, drain, drain_text
+from feedbench.verify.analysis import compare
+from feedbench.verify.diagnose import DRAIN_RISE, drain, drain_text
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 RECORDED = [

@@ -409,7 +409,8 @@ def test_a_start_up_queue_drained_inside_the_window_is_named(tmp_path, group, mo
     step of a few ms (up to ~160 ms on a loaded CI): the window's first half reads the queue and
     looks fed, its last quarter waits every step. verify finds the drain, with the pace at the
     end."""
-    from feedbench.verify.analysis import drain, summarize_run
+    from feedbench.verify.analysis import summarize_run
+    from feedbench.verify.diagnose import drain
     from feedbench.verify.results import VerifyRun
     from feedbench.verify.worker import loop as worker
 
