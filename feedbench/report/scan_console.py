@@ -41,7 +41,7 @@ def render_scan(result: ScanResult, console: Console, wide: bool = False) -> Non
     for line in system_lines(result):
         console.print(line, markup=False)
     if cfg.get("loader"):
-        console.print(_loader_line(cfg), highlight=False, soft_wrap=True)
+        console.print(_loader_line(cfg, ran_with(result)), highlight=False, soft_wrap=True)
     acc = result.accelerator
     if acc:
         mode = "async" if cfg.get("async_steps") else "synchronous (DDP-like)"
@@ -85,8 +85,9 @@ def render_scan(result: ScanResult, console: Console, wide: bool = False) -> Non
         console.print(f"[red]{escape(partial)}[/]")
 
 
-def _loader_line(cfg: dict) -> str:
-    """The training loader measured: its spec, options, and (the user's) file hash."""
+def _loader_line(cfg: dict, chosen: list[str]) -> str:
+    """The training loader measured: its spec, options, (the user's) file hash, and what ours
+    chose (``chosen``: :func:`ran_with`)."""
     line = f"loader: {escape(cfg['loader'])}"
     options = cfg.get("loader_options") or {}
     if options:
@@ -94,7 +95,25 @@ def _loader_line(cfg: dict) -> str:
     code = cfg.get("loader_code")
     if code:
         line += f" ({escape(code['file'])}, sha256 {code['sha256'][:12]})"
+    if chosen:
+        line += "; ran with " + "; ".join(plain(c) for c in chosen)
     return line
+
+
+def ran_with(result: ScanResult) -> list[str]:
+    """What our loader chose (the first consumer's ``loader_settings``: where it decoded, its
+    workers and their cores): once, or per consumer count where those differ (unescaped)."""
+    by_text: dict[str, list[int]] = {}
+    for m in result.measurements:
+        said = next((c.loader_settings for c in m.per_consumer if c.loader_settings), None)
+        if said and m.consumers not in by_text.setdefault(said, []):
+            by_text[said].append(m.consumers)
+    if len(by_text) == 1:
+        return list(by_text)
+    return [
+        f"{text} (at {', '.join(map(str, n))} {'consumer' if n == [1] else 'consumers'})"
+        for text, n in by_text.items()
+    ]
 
 
 def _curve_table(result: ScanResult, console: Console, wide: bool) -> None:

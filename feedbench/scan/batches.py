@@ -150,8 +150,10 @@ class TrainingLoader:
         remake: Callable[[int], Iterable[Any]] | None = None,
         close_each_pass: bool = False,
         sync_batches: bool = True,
+        settings: str | None = None,
     ) -> None:
         self.loader, self.name = loader, name
+        self.settings = settings  # ours: what it chose (LoaderBase.settings), kept in the stats
         self.sync_batches = sync_batches
         self.guard, self.remake, self.close_each_pass = guard, remake, close_each_pass
         self.used = False

@@ -369,6 +369,7 @@ def run_consumer(
     progress: Callable[[int], None] | None = None,
     batches: Iterable[tuple[Any, BatchTimes]] | None = None,
     loader_name: str | None = None,
+    loader_settings: str | None = None,
     accelerator: Any = None,
 ) -> tuple[ConsumerStats, list[SampleError], dict[str, np.ndarray]]:
     """Run one consumer over ``units`` once. ``group``: a torch.distributed group for synced steps.
@@ -397,6 +398,7 @@ def run_consumer(
         copies.measure_pageable()  # pageable copies measured apart, not in the loop
     stats = consumer_stats(tally, rank=rank, stages=stages, copies=copies,
                            loader_name=loader_name, barrier_idle_s=barrier_idle_s)  # fmt: skip
+    stats.loader_settings = loader_settings
     if steps.step_s > 0:
         on_gpu = isinstance(accelerator, StepOnGpu)
         stats.emulate = "gpu" if on_gpu else "sleep"

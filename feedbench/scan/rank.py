@@ -148,7 +148,8 @@ def open_loader(
         )  # fmt: skip
         if built.chosen_by:  # "auto (torch)": the backend it picked
             name = f"{name} ({built.chosen_by.split(':')[0]})"
-        return TrainingLoader(built, name, close_each_pass=True, sync_batches=sync_batches)
+        return TrainingLoader(built, name, close_each_pass=True, sync_batches=sync_batches,
+                              settings=built.settings())  # fmt: skip
     f = factory.resolve(name)
     standard = dict(rank=rank, world_size=world_size, local_rank=local_rank,
                     batch_size=batch_size, workers=workers, seed=config.seed, epoch=0,
@@ -280,6 +281,7 @@ def consume(
         progress=progress,
         batches=batches,
         loader_name=c.loader.name if c.loader is not None else c.config.loader,
+        loader_settings=c.loader.settings if c.loader is not None else None,
         accelerator=accelerator,
     )
     if c.loader is not None:

@@ -77,6 +77,8 @@ class ConsumerStats:
     barrier_idle_s: float | None = None  # the barrier's own cost with no one late (median of 20)
     data_wait: Percentiles | None = None  # per-batch wait distribution
     au: float | None = None  # step / (step + data wait + sync wait); None without an emulated step
+    # --loader of ours: what it chose (LoaderBase.settings: where it decodes, workers, cores)
+    loader_settings: str | None = None
     # the steady window (after the warm-up batches) every steady rate is over, and what it held
     steady_s: float | None = None
     steady_samples: int = 0

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.consumer import accelerator_utilisation, consumer_units
-from feedbench.scan.results import CacheState, Measurement
+from feedbench.scan.results import CacheState, ConsumerStats, Measurement
 from feedbench.scan.run import scan
 from feedbench.scan.sizing import MIN_BATCHES_PER_WORKER
 from feedbench.scan.sources import detect
@@ -393,6 +394,13 @@ def test_scan_measures_a_training_loader(dataset, backend, layout, n):
     assert all(c.au is not None for c in m.per_consumer)
     assert r.verdict.bound in ("loader", "accelerator", "sync")
     assert r.config["loader"] == backend
+    # what the loader chose is kept for each consumer (no GPU here: the CPU decodes) and said
+    from feedbench.report.scan_console import ran_with
+
+    made = "resize on the CPU, 1 thread" if backend == "dali" else "1 worker"
+    chosen = [c.loader_settings for c in m.per_consumer]
+    assert all(c.startswith(f"decode on the CPU, {made}, on ") for c in chosen), chosen
+    assert ran_with(r) == [chosen[0]]  # one consumer count: said once, the first consumer's
 
 
 def test_unknown_loader_is_one_clear_error(dataset, cli):
@@ -466,3 +474,35 @@ def test_torchrun_scan_interrupted_keeps_what_was_measured(dataset, tmp_path):
     assert "Traceback" not in stdout
     r = json.loads(out.read_text())
     assert r["partial"] is True and 1 <= len(r["measurements"]) < 6
+
+
+def test_what_the_loader_chose_is_said_per_consumer_count_where_it_differs():
+    """scan's loader line: the loader's settings once, or per consumer count where they differ
+    (its workers are split among the consumers); a user's loader (none kept) says nothing."""
+    from types import SimpleNamespace
+
+    from feedbench.report.scan_console import ran_with
+
+    def m(n: int, settings: str | None) -> Measurement:
+        c = ConsumerStats(
+            rank=0,
+            samples=0,
+            files=0,
+            read_bytes=0,
+            errors=0,
+            batches=0,
+            wall_s=1.0,
+            first_batch_s=None,
+            samples_per_s=0.0,
+            steady_samples_per_s=None,
+            stages=[],
+            loader_settings=settings,
+        )
+        return replace(_m(n, 100.0), per_consumer=[c] * n)  # fmt: skip
+
+    two = "decode on the CPU, 2 workers, on every core"
+    one = "decode on the CPU, 1 worker, on every core"
+    runs = SimpleNamespace(measurements=[m(1, two), m(1, two), m(2, one)])
+    assert ran_with(runs) == [f"{two} (at 1 consumer)", f"{one} (at 2 consumers)"]
+    assert ran_with(SimpleNamespace(measurements=[m(1, two), m(2, two)])) == [two]
+    assert ran_with(SimpleNamespace(measurements=[m(1, None)])) == []
