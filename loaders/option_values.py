@@ -76,6 +76,9 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "decoder": _one_of(*DECODERS),
     "worker_nice": _nice,
     "slots": _switch,
+    "reserve_cores": _count(0),
+    "normalize": _switch,
+    "dont_use_mmap": _switch,
 }
 
 

@@ -375,6 +375,10 @@ def _has_dali() -> bool:
         ),
         ("wds", {"shuffle_buffer": -1}, "shuffle_buffer takes a whole number ≥ 0"),
         ("torch", {"worker_nice": 20}, "worker_nice takes a niceness from 0 to 19, not 20"),
+        ("torch", {"reserve_cores": "x"}, "reserve_cores takes a whole number ≥ 0, not 'x'"),
+        ("wds", {"reserve_cores": -1}, "reserve_cores takes a whole number ≥ 0, not -1"),
+        ("wds", {"normalize": "no"}, "normalize takes true or false, not 'no'"),
+        ("dali", {"dont_use_mmap": 2}, "dont_use_mmap takes true or false, not 2"),
     ],
 )
 def test_option_values_are_checked_without_building(backend, options, match):
@@ -384,9 +388,11 @@ def test_option_values_are_checked_without_building(backend, options, match):
 
     with pytest.raises(ValueError, match=match):
         check_options(backend, options)
-    good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0},
-            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0},
-            "wds": {"shuffle_buffer": 0, "prefetch": 8, "decoder": "simplejpeg-fast"}}  # fmt: skip
+    good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0,
+                     "dont_use_mmap": None, "reserve_cores": 0},
+            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0, "reserve_cores": 4},
+            "wds": {"shuffle_buffer": 0, "prefetch": 8, "decoder": "simplejpeg-fast",
+                    "normalize": False}}  # fmt: skip
     check_options(backend, good[backend])
 
 
