@@ -138,8 +138,9 @@ def resolve(config: VerifyConfig) -> Settings:
     return Settings(
         device=device,
         model=model,
-        image_size=config.image_size or defaults["image_size"],
-        batch=config.batch_size or defaults["batch_size"],
+        # 0 is a value given (refused in check_options), not "unset"
+        image_size=config.image_size if config.image_size is not None else defaults["image_size"],
+        batch=config.batch_size if config.batch_size is not None else defaults["batch_size"],
         steps=config.steps if config.steps is not None else defaults["steps"],
         warmup=config.warmup if config.warmup is not None else defaults["warmup"],
         interleave=config.interleave if config.interleave is not None else defaults["interleave"],

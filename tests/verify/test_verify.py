@@ -250,6 +250,10 @@ def test_more_gpus_than_present():
         (["--scaling", "sideways"], r"--scaling takes weak or strong"),
         (["--consumers", "one"], r"--consumers takes counts like 1,2,4,8"),
         (["--steps", "0"], r"--steps must be at least 1"),
+        (["-b", "0"], r"--batch-size must be at least 1"),  # not the default in its place
+        (["--image-size", "0"], r"--image-size must be at least 16 pixels"),
+        (["-l", "torch", "-o", "reserve_cores=x"], r"--loader-option for torch: reserve_cores "
+                                                   r"takes a whole number ≥ 0, not 'x'"),
         (["--loader", "dali-example"], r"loader dali-example (decodes on the GPU: it needs "
                                        r"--device cuda|is unavailable: it needs NVIDIA DALI)"),
         (["-l", "torch", "-o", "hw_decoder_load=0.9"], r"no loader of this run takes "
