@@ -62,14 +62,6 @@ def _one_of(*choices: str) -> Callable[[str, Any], str | None]:
     return check
 
 
-def _start_method(name: str, value: Any) -> str | None:
-    # a context object (from Python) is DataLoader's to check; a name must be one it takes
-    methods = ("fork", "spawn", "forkserver")
-    if isinstance(value, str) and value not in methods:
-        return f"{name} takes {', '.join(methods[:-1])} or {methods[-1]}, not {value!r}"
-    return None
-
-
 # dali options whose value "gpu" needs a CUDA device (scan and verify refuse it up front)
 NEEDS_GPU = ("decode", "resize")
 
@@ -87,7 +79,6 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "reserve_cores": _count(0),
     "normalize": _switch,
     "dont_use_mmap": _switch,
-    "multiprocessing_context": _start_method,
 }
 
 

@@ -379,11 +379,6 @@ def _has_dali() -> bool:
         ("wds", {"reserve_cores": -1}, "reserve_cores takes a whole number ≥ 0, not -1"),
         ("wds", {"normalize": "no"}, "normalize takes true or false, not 'no'"),
         ("dali", {"dont_use_mmap": 2}, "dont_use_mmap takes true or false, not 2"),
-        (
-            "torch",
-            {"multiprocessing_context": "bogus"},
-            "multiprocessing_context takes fork, spawn or forkserver, not 'bogus'",
-        ),  # fmt: skip
     ],
 )
 def test_option_values_are_checked_without_building(backend, options, match):
@@ -395,8 +390,7 @@ def test_option_values_are_checked_without_building(backend, options, match):
         check_options(backend, options)
     good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0,
                      "dont_use_mmap": None, "reserve_cores": 0},
-            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0, "reserve_cores": 4,
-                      "multiprocessing_context": "spawn"},
+            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0, "reserve_cores": 4},
             "wds": {"shuffle_buffer": 0, "prefetch": 8, "decoder": "simplejpeg-fast",
                     "normalize": False}}  # fmt: skip
     check_options(backend, good[backend])
