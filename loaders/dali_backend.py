@@ -288,13 +288,12 @@ class DaliLoader(DaliGraph, LoaderBase):
         self._left: dict | None = None  # the pipeline's state when an epoch was left midway
         self._epoch_start: dict | None = None  # its state at the start of the epoch begun last
 
-    # --- the pipeline -------------------------------------------------------------------------
-
     def _settings(self) -> list[str]:
-        words = super()._settings()
+        words = super()._settings()  # the decode's place first, then the resize's
         words.insert(1, f"resize on the {self.resize.upper()}")
         return words
 
+    # --- the pipeline -------------------------------------------------------------------------
     def _build(self, epoch: int, checkpoint: bytes | None = None, plan=None) -> None:
         """A pipeline (and its iterator) for ``epoch``, or restored from ``checkpoint``; a dealt
         one (ORDER) starts at ``plan`` = (epoch, batch) (the checkpoint's plan when restoring)."""
