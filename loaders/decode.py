@@ -20,6 +20,7 @@ fast integer IDCT and chroma upsampling: ~7% more images a core, for a slight lo
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import math
 
@@ -85,6 +86,23 @@ def _is_jpeg(data: bytes) -> bool:
     return data[:3] == b"\xff\xd8\xff"
 
 
+# the module each named decoder imports, and where it comes from
+_NEEDS = {
+    "simplejpeg": ("simplejpeg", "simplejpeg"),
+    "simplejpeg-fast": ("simplejpeg", "simplejpeg"),
+    "opencv": ("cv2", "opencv-python-headless"),
+}
+
+
+def decoder_missing(decoder: str) -> str | None:
+    """Why ``decoder`` cannot run here (its module is not installed), or None. Asked before any
+    sample is decoded: otherwise every decode fails and every sample is skipped."""
+    module, package = _NEEDS.get(decoder, (None, None))
+    if module is None or importlib.util.find_spec(module) is not None:
+        return None
+    return f"decoder {decoder} needs {package} (pip install {package}): No module named {module!r}"
+
+
 class CpuDecoder:
     """bytes → ``size``×``size``×3 uint8, written into a caller's slot; picklable (no state)."""
 
@@ -97,6 +115,9 @@ class CpuDecoder:
     ) -> None:
         if decoder not in DECODERS:
             raise ValueError(f"unknown decoder {decoder!r}: choose one of {', '.join(DECODERS)}")
+        missing = decoder_missing(decoder)
+        if missing:
+            raise ValueError(missing)
         if decoder == "auto":
             try:
                 import simplejpeg  # noqa: F401

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaders.decode import DECODERS
+from loaders.decode import DECODERS, decoder_missing
 
 
 def _count(low: int) -> Callable[[str, Any], str | None]:
@@ -62,6 +62,10 @@ def _one_of(*choices: str) -> Callable[[str, Any], str | None]:
     return check
 
 
+def _decoder(name: str, value: Any) -> str | None:
+    return _one_of(*DECODERS)(name, value) or decoder_missing(value)
+
+
 # dali options whose value "gpu" needs a CUDA device (scan and verify refuse it up front)
 NEEDS_GPU = ("decode", "resize")
 
@@ -73,7 +77,7 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "hw_decoder_load": _fraction,
     "decode": _one_of("auto", "gpu", "cpu"),
     "resize": _one_of("auto", "gpu"),
-    "decoder": _one_of(*DECODERS),
+    "decoder": _decoder,
     "worker_nice": _nice,
     "slots": _switch,
     "reserve_cores": _count(0),

@@ -396,6 +396,22 @@ def test_option_values_are_checked_without_building(backend, options, match):
     check_options(backend, good[backend])
 
 
+def test_a_decoder_whose_module_is_missing_is_refused_before_any_decode(monkeypatch):
+    """Without its module every decode would fail and every sample be skipped: the option rule
+    (command lines) and CpuDecoder (Python callers) refuse it up front, saying what to install."""
+    from loaders import check_options, decode
+
+    # the real lookup (importlib's find_spec), on a module no machine has
+    monkeypatch.setitem(decode._NEEDS, "opencv", ("feedbench_no_such_module", "some-package"))
+    why = "decoder opencv needs some-package .*No module named 'feedbench_no_such_module'"
+    with pytest.raises(ValueError, match=why):
+        check_options("torch", {"decoder": "opencv"})
+    with pytest.raises(ValueError, match=why):
+        decode.CpuDecoder(decoder="opencv")
+    assert decode.decoder_missing("pil") is None and decode.decoder_missing("simplejpeg") is None
+    decode.CpuDecoder(decoder="simplejpeg")  # installed with the loaders
+
+
 def test_every_name_the_package_lists_loads_from_the_api():
     import loaders
     import loaders.api
