@@ -110,6 +110,11 @@ class VerifyLoader:
     def set_epoch(self, epoch: int) -> None:
         pass
 
+    def skipped(self) -> list:
+        """The samples it left out while loading (``loaders.Skipped``: path, reason); none known
+        for loaders that keep no such list."""
+        return []
+
     def worker_times(self) -> Any:
         """Its workers' running totals (a ``workers × 3`` array: batches, seconds making them,
         seconds of those waiting for a batch slot; :mod:`loaders.worker_clock`), or None."""
@@ -301,9 +306,13 @@ class LibraryLoader(VerifyLoader):
         self.inner = inner
         self.workers = workers
         self.settings = inner.settings() if hasattr(inner, "settings") else None
+        self.listed_skips = len(inner.skipped)  # left out by the listing, before any decode
 
     def __len__(self) -> int:
         return len(self.inner)
+
+    def skipped(self) -> list:
+        return self.inner.skipped_since(self.listed_skips)
 
     def set_epoch(self, epoch: int) -> None:
         if hasattr(self.inner, "set_epoch"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -339,6 +340,25 @@ def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
     (run,) = res.runs
     assert run.status == "failed" and "nosuchcontext" in (run.error or ""), run.error
     assert "settings: torch: multiprocessing_context=nosuchcontext" in " ".join(r.out.split())
+    assert "Traceback" not in r.err
+
+
+def test_a_window_of_empty_batches_fails_with_the_loaders_reason(cli, dataset_copy, tmp_path):
+    """Every JPEG of the tree made unreadable: the loader skips each sample and hands out empty
+    batches. A rank that trained on no image measured nothing: the run fails (exit 3) and says
+    why, in the loader's words, rather than being stored as ok with 0 images."""
+    rng = random.Random(0)
+    for path in dataset_copy.rglob("*.jpg"):
+        path.write_bytes(rng.randbytes(2000))
+    out = tmp_path / "v.json"
+    r = cli("verify", str(dataset_copy), "-c", "1", "-l", "torch", "--no-synthetic", *FAST,
+            "--json", str(out))  # fmt: skip
+    assert r.code == 3, r.out + r.err
+    (run,) = verify_results.load(out).runs
+    assert run.status == "failed" and run.images == 0, (run.status, run.images)
+    why = r"torch: rank 0 trained on no image in its 6 measured steps: \d+ skips, e\.g\. "
+    assert re.search(why + r".*\.jpg: not an image format Pillow can identify", run.error or "")
+    assert re.search(r"^error: .*trained on no image", r.err, re.M), r.err
     assert "Traceback" not in r.err
 
 

@@ -29,6 +29,7 @@ import torch.distributed as dist
 
 from feedbench.core.errors import FeedbenchError
 from feedbench.core.supervise import Terminated, exit_on_sigterm, leave_without_finalizing
+from feedbench.core.words import count
 from feedbench.scan.factory import run_exit_handlers
 from feedbench.verify.config import COMPILE_MODES, CPU_AFFINITIES, STREAM_PRIORITIES
 from feedbench.verify.loaders import is_user
@@ -96,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         loader = open_loader(args, rank, series)
         training = build_training(args, rank, series)
         TimedLoop(args, rank, series, training, Epochs(loader), part, started_mono).run()
+        check_fed(args, rank, series, loader)
         series.labels_synthesised = getattr(loader, "synthesised", False)
         series.image_height, series.image_width = getattr(loader, "image_hw", None) or (None,) * 2
         barrier(rank)  # every rank finishes its window before any leaves
@@ -124,6 +126,19 @@ def run(args: argparse.Namespace) -> int:
     # a failed rank leaves at once: its peers may be stuck in a collective and its loader's
     # workers may be gone; torchrun stops the rest of the job (and the workers' process group)
     leave_without_finalizing(code)
+
+
+def check_fed(args: argparse.Namespace, rank: Rank, series: StepSeries, loader) -> None:
+    """A FeedbenchError when this rank's measured window trained on no image: every batch came
+    empty (every sample skipped, e.g. none could be decoded), and a rate of 0 measures nothing."""
+    if sum(series.images) > 0:
+        return
+    skipped = loader.skipped()
+    why = f": {count(len(skipped), 'skip')}, e.g. {skipped[0].path}: {skipped[0].reason}"
+    raise FeedbenchError(
+        f"{args.loader}: rank {rank.rank} trained on no image in its "
+        f"{count(len(series.step_s), 'measured step')}{why if skipped else ''}"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
