@@ -4,7 +4,22 @@ from __future__ import annotations
 
 
 class LoaderError(Exception):
-    """A problem with the data or the options, in one line (e.g. the file that cannot decode)."""
+    """A problem with the data or the options, in one line (e.g. the file that cannot decode).
+
+    Raised in a DataLoader worker, it reaches the training process as DataLoader re-raises it:
+    ``LoaderError(message=TEXT)`` (because of the ``message`` attribute below), TEXT being the
+    worker's whole traceback. The error keeps its one line, the traceback's last, and the text
+    in ``worker_traceback``."""
+
+    message = "a loader error"  # truthy: DataLoader passes ``message=`` (torch.utils._utils)
+
+    def __init__(self, *args: object, message: str | None = None) -> None:
+        self.worker_traceback = message
+        if message is not None:
+            lines = [line for line in message.splitlines() if line.strip()]
+            # the last line is "loaders.errors.LoaderError: the line"
+            args = (lines[-1].partition(": ")[2] if lines else message,)
+        super().__init__(*args)
 
 
 class MissingDependencyError(LoaderError, ImportError):

@@ -268,7 +268,7 @@ class ShardStream(SourceInfo, IterableDataset):
             # a seed per chunk: a chunk's augmentations do not depend on the chunks before it
             rng = np.random.default_rng([self.seed, epoch, self.rank, worker, sent, 0xA06])
             slot, target, slot_labels = self._target(n, fake)
-            images, keys, skipped = self._chunk(samples, target, rng, fake, own - done)
+            images, keys, skipped = self._chunk(samples, target, rng, fake, own - done, own)
             skipped += read_errors
             read_errors.clear()
             done += n
@@ -298,12 +298,14 @@ class ShardStream(SourceInfo, IterableDataset):
         size = self.decoder.size
         return None, _new_uint8((n, size, size, 3), self.pin), None
 
-    def _chunk(self, samples, images, rng, fake: bool, repeats_from: int):
+    def _chunk(self, samples, images, rng, fake: bool, repeats_from: int, own: int):
         """``len(images)`` samples decoded into ``images`` (``fake``: read, left undecoded);
         decode="gpu": ``images`` is the count, and the chunk an :class:`EncodedBatch`.
 
         Training replaces a sample that fails to decode with the next one (counts stay exact);
-        evaluation leaves it out (every sample at most once), so the chunk is smaller. Even
+        evaluation leaves it out (every sample at most once), so the chunk is smaller. The
+        worker's stream of ``own`` samples repeats forever: twice that many failures in a row
+        mean (nearly) none decodes, a LoaderError rather than a worker replacing forever. Even
         evaluation (``mark_repeats``): the key of the ``repeats_from``-th read on, a repeat of
         the worker's own samples, is stored as ``-1 - key`` (:meth:`WdsLoader._mark_repeats`).
         decode="gpu" finds a bad JPEG header here, a bad body only in the training process
@@ -325,7 +327,7 @@ class ShardStream(SourceInfo, IterableDataset):
 
         keys = np.empty(n, dtype=np.int64)
         skipped: list[Skipped] = []
-        got = tried = 0
+        got = tried = in_row = 0
         while got < n and (self.shuffle or tried < n):
             i, data = next(samples)
             tried += 1
@@ -334,7 +336,15 @@ class ShardStream(SourceInfo, IterableDataset):
                     put(data, got)
             except DecodeError as e:
                 skipped.append(Skipped(self.index.describe(i), str(e)))
+                in_row += 1
+                if in_row >= 2 * max(own, 1):
+                    first = skipped[-in_row]
+                    raise LoaderError(
+                        f"{in_row:,} samples in a row could not be decoded (this worker's "
+                        f"shards hold {own:,}), e.g. {first.path}: {first.reason}"
+                    ) from e
                 continue
+            in_row = 0
             keys[got] = -1 - i if self.mark_repeats and tried > repeats_from else i
             got += 1
         if not self.encode:

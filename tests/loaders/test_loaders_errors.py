@@ -6,6 +6,7 @@ are skipped and counted the same way by every backend.
 
 from __future__ import annotations
 
+import re
 import sys
 import tarfile
 from pathlib import Path
@@ -103,6 +104,36 @@ def test_shards_skip_and_count_every_kind_of_bad_sample(tmp_path, backend):
     assert names == {f"{i:05d}.jpg" for i in range(N - 1)}
     decode_skips = {Path(s.path).name.split(":")[-1] for s in loader.skipped} - listed
     assert decode_skips == set(BAD_FILES)
+
+
+def undecodable_shards(root: Path) -> Path:
+    """Shards whose every image is text: listed (names and labels are fine), none decodes."""
+    shards = root / "shards"
+    shards.mkdir(parents=True)
+    for s in range(2):
+        with tarfile.open(shards / f"shard-{s}.tar", "w") as tar:
+            for i in range(PER_SHARD):
+                add_member(tar, f"{s}{i:04d}.jpg", BAD_FILES["text.jpg"]())
+                add_member(tar, f"{s}{i:04d}.cls", b"1")
+    return shards
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_wds_stops_when_no_sample_decodes_rather_than_replacing_forever(tmp_path, workers):
+    """Training replaces an undecodable sample with the next: with none decodable that never
+    ended (a worker looping, the run waiting on it). Twice the worker's samples failing in a row
+    is a LoaderError in one line, also from a DataLoader worker (re-raised in this process)."""
+    loader = build_loader(undecodable_shards(tmp_path), "wds", **{**KW, "workers": workers})
+    with pytest.raises(LoaderError) as caught:
+        next(iter(loader))
+    line = str(caught.value)
+    assert "\n" not in line and "Traceback" not in line, line
+    held = 2 * PER_SHARD // max(1, workers)
+    assert line.startswith(f"{2 * held} samples in a row could not be decoded (this worker's "
+                           f"shards hold {held}), e.g. "), line  # fmt: skip
+    assert re.search(r"shard-\d\.tar:\d{5}\.jpg: not an image format Pillow can identify$", line)
+    if workers:  # the worker's own traceback is kept beside the line
+        assert "Traceback" in (caught.value.worker_traceback or "")
 
 
 @pytest.mark.parametrize("name", list(BAD_FILES))

@@ -44,6 +44,7 @@ from feedbench.verify.worker.setup import (
     open_loader,
     pin_cores,
 )
+from loaders.errors import LoaderError
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -104,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
         done = True
         dist.destroy_process_group()
         return 0
-    except FeedbenchError as e:
+    except (FeedbenchError, LoaderError) as e:  # the data or the options, said in one line
         series.error = str(e)
-        if e.details:  # the user's loader raised: their frames, then the line
+        if getattr(e, "details", None):  # the user's loader raised: their frames, then the line
             print(e.details, file=sys.stderr, flush=True)
         print(f"error: {e}", file=sys.stderr, flush=True)
         code = 2
