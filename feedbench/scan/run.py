@@ -316,6 +316,10 @@ def validate(
     data: one clear error for anything that cannot be measured. ``on_listing(files)`` as a
     local folder is listed."""
     p = check(config)
+    if config.loader == "wds" and config.fmt == "auto":
+        # the wds loader reads tar shards: on a sample root (images/ and shards/) "auto" would
+        # list the tree, which it cannot read
+        config.fmt = "shards"
     if config.path is None and not is_user_spec(config.loader):
         raise FeedbenchError("a data path is needed (only your own loader may go without one)")
     source, notes = open_source(config, on_listing)

@@ -538,3 +538,18 @@ def test_torch_decoding_on_the_gpu_without_one_is_refused_before_anything_runs(m
         check(given)
     monkeypatch.setattr(scan_config, "_cuda", lambda: True)
     check(given)
+
+
+def test_the_wds_loader_scans_a_sample_roots_shards(dataset):
+    """On a sample root (images/ and shards/) the format "auto" lists the image tree, which the
+    wds loader cannot read (its consumers failed, exit 3): with --loader wds it lists the shards,
+    and a tree alone is one line before anything runs."""
+    from feedbench.scan.config import ScanConfig
+    from feedbench.scan.run import validate
+
+    config = ScanConfig(str(dataset), loader="wds")
+    source, _notes, _plan = validate(config)
+    assert source.kind == "shards" and config.fmt == "shards"
+    assert validate(ScanConfig(str(dataset), loader="torch"))[0].kind == "tree"
+    with pytest.raises(FeedbenchError, match=r"format 'shards': no \.tar shards in .*images"):
+        validate(ScanConfig(str(dataset / "images"), loader="wds"))
