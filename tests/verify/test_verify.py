@@ -673,3 +673,24 @@ def test_ddp_buffer_sync_option_by_its_name_in_this_pytorch():
         with pytest.raises(FeedbenchError, match="has no such setting"):
             parse_ddp_options(["forward_sync_buffers=false"])
     assert parse_ddp_options(["broadcast_buffers=false"]) == {"broadcast_buffers": False}
+
+
+class _Raising(torch.utils.data.Dataset):
+    def __len__(self) -> int:
+        return 4
+
+    def __getitem__(self, i: int):
+        raise ValueError(f"sample {i} cannot be read")
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_ranks_error_is_one_line_even_from_a_dataloader_worker(workers):
+    """A stock DataLoader re-raises a worker's exception with the worker's traceback as its
+    message; the rank's error line (the run's ``error``, verify's ``error:`` line) is what the
+    worker raised, and where."""
+    from feedbench.verify.worker.main import one_line
+
+    with pytest.raises(ValueError) as caught:
+        next(iter(torch.utils.data.DataLoader(_Raising(), batch_size=2, num_workers=workers)))
+    where = " (in DataLoader worker process 0)" if workers else ""
+    assert one_line(caught.value) == f"ValueError: sample 0 cannot be read{where}"

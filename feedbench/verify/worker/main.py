@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         series.error = series.error or "stopped (SIGTERM)"
         code = 143
     except Exception as e:
-        series.error = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+        series.error = one_line(e)[:500]
         traceback.print_exc()
         code = 1
     finally:
@@ -127,6 +127,18 @@ def run(args: argparse.Namespace) -> int:
     # a failed rank leaves at once: its peers may be stuck in a collective and its loader's
     # workers may be gone; torchrun stops the rest of the job (and the workers' process group)
     leave_without_finalizing(code)
+
+
+def one_line(e: BaseException) -> str:
+    """``e`` in one line. DataLoader re-raises a worker's exception with the worker's whole
+    traceback as its message ("Caught T in DataLoader worker process N. Original Traceback ...");
+    its last line is what the worker raised, and says more than the frames before it."""
+    text = str(e)
+    if text.startswith("Caught ") and "\nOriginal Traceback" in text:
+        where = text.split("\n", 1)[0].rstrip(".").partition(" in ")[2]
+        last = [line.strip() for line in text.splitlines() if line.strip()][-1]
+        return f"{last} (in {where})"
+    return f"{type(e).__name__}: {' '.join(text.split())}"
 
 
 def check_fed(args: argparse.Namespace, rank: Rank, series: StepSeries, loader) -> None:
