@@ -203,14 +203,18 @@ class LoaderBase:
         return self.workers
 
     def settings(self) -> str:
-        """What this loader runs with where its defaults chose, in words: where it decodes, its
-        workers (DALI: threads) and the cores they may run on (``reserve_cores``). verify keeps
-        it for each run: the defaults pick these from the batch, the GPU and the cores."""
+        """What this loader runs with where its defaults chose, in words: where it decodes (on
+        the CPU, torch and wds: with which library), its workers (DALI: threads) and the cores
+        they may run on (``reserve_cores``). verify keeps it for each run: the defaults pick
+        these from the batch, the GPU, the cores and what is installed."""
         return ", ".join(self._settings())
 
     def _settings(self) -> list[str]:
         decode = getattr(self, "decode", None)  # "cpu" or "gpu" in every backend of ours
         words = [f"decode on the {decode.upper()}"] if decode else []
+        library = getattr(getattr(self, "decoder", None), "decoder", None)  # torch, wds: CpuDecoder
+        if decode == "cpu" and library:  # "auto" falls back to pil (slower) without simplejpeg
+            words[0] += f" ({library})"
         word = self._worker_word if self.workers != 1 else self._worker_word[:-1]
         words.append(f"{self.workers} {word}")
         cpus = getattr(self, "_loader_cpus", None)

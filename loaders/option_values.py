@@ -62,6 +62,14 @@ def _one_of(*choices: str) -> Callable[[str, Any], str | None]:
     return check
 
 
+def _start_method(name: str, value: Any) -> str | None:
+    # a context object (from Python) is DataLoader's to check; a name must be one it takes
+    methods = ("fork", "spawn", "forkserver")
+    if isinstance(value, str) and value not in methods:
+        return f"{name} takes {', '.join(methods[:-1])} or {methods[-1]}, not {value!r}"
+    return None
+
+
 def _decoder(name: str, value: Any) -> str | None:
     return _one_of(*DECODERS)(name, value) or decoder_missing(value)
 
@@ -83,6 +91,7 @@ RULES: dict[str, Callable[[str, Any], str | None]] = {
     "reserve_cores": _count(0),
     "normalize": _switch,
     "dont_use_mmap": _switch,
+    "multiprocessing_context": _start_method,
 }
 
 

@@ -379,6 +379,11 @@ def _has_dali() -> bool:
         ("wds", {"reserve_cores": -1}, "reserve_cores takes a whole number ≥ 0, not -1"),
         ("wds", {"normalize": "no"}, "normalize takes true or false, not 'no'"),
         ("dali", {"dont_use_mmap": 2}, "dont_use_mmap takes true or false, not 2"),
+        (
+            "torch",
+            {"multiprocessing_context": "bogus"},
+            "multiprocessing_context takes fork, spawn or forkserver, not 'bogus'",
+        ),  # fmt: skip
     ],
 )
 def test_option_values_are_checked_without_building(backend, options, match):
@@ -390,7 +395,8 @@ def test_option_values_are_checked_without_building(backend, options, match):
         check_options(backend, options)
     good = {"dali": {"pace": True, "pace_lead_ms": 2.5, "decode": "cpu", "hw_decoder_load": 0,
                      "dont_use_mmap": None, "reserve_cores": 0},
-            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0, "reserve_cores": 4},
+            "torch": {"prefetch": 1, "decoder": "pil", "worker_nice": 0, "reserve_cores": 4,
+                      "multiprocessing_context": "spawn"},
             "wds": {"shuffle_buffer": 0, "prefetch": 8, "decoder": "simplejpeg-fast",
                     "normalize": False}}  # fmt: skip
     check_options(backend, good[backend])
@@ -498,8 +504,9 @@ def test_the_fast_simplejpeg_decode_is_close_to_the_exact_one(dataset):
 @pytest.mark.parametrize("reserve", [0, 1])
 def test_settings_say_where_the_loader_decodes_and_on_which_cores(tmp_path, backend, reserve):
     """``settings()``, which verify records for each run: where the defaults put the decode
-    (DALI: and the resize), the workers or threads, and the cores they may use, read from the
-    loader itself (here: no GPU, so the CPU)."""
+    (DALI: and the resize; torch and wds: the decoding library "auto" chose), the workers or
+    threads, and the cores they may use, read from the loader itself (here: no GPU, so the
+    CPU)."""
     if backend == "dali":
         pytest.importorskip("nvidia.dali", reason="needs NVIDIA DALI (the dali extra)")
     if backend == "wds":
@@ -513,5 +520,6 @@ def test_settings_say_where_the_loader_decodes_and_on_which_cores(tmp_path, back
     where = f"on cores {cpu_list(cores)}" if cores else "on every core"
     one = "1 thread" if backend == "dali" else "1 worker"
     resize = ["resize on the CPU"] if backend == "dali" else []
-    assert loader.settings() == ", ".join(["decode on the CPU", *resize, one, where])
+    decode = "decode on the CPU" if backend == "dali" else "decode on the CPU (simplejpeg)"
+    assert loader.settings() == ", ".join([decode, *resize, one, where])
     loader.close()

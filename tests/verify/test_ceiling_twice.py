@@ -129,7 +129,7 @@ def test_a_real_verify_runs_the_ceiling_twice_and_keeps_one_synthetic_row(cli, d
     from loaders.affinity import RESERVE_CORES, cpu_list, loader_cores
 
     cores = loader_cores(RESERVE_CORES, 0, 1)
-    chosen = "decode on the CPU, 1 worker, " + (
+    chosen = "decode on the CPU (simplejpeg), 1 worker, " + (
         f"on cores {cpu_list(cores)}" if cores else "on every core"
     )
     assert torch.loader_settings == rank.loader_settings == chosen and synth.loader_settings is None
