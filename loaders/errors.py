@@ -25,7 +25,11 @@ class LoaderError(Exception):
 class MissingDependencyError(LoaderError, ImportError):
     """An optional dependency is not installed; the message says what to ``pip install``."""
 
-    def __init__(self, package: str, extra: str) -> None:
+    def __init__(self, package: str = "", extra: str = "", *, message: str | None = None) -> None:
+        if message is not None:  # re-raised from a DataLoader worker (see LoaderError)
+            super().__init__(message=message)
+            self.name = None
+            return
         super().__init__(f"the {extra} backend needs {package}: pip install 'feedbench[{extra}]'")
         self.name = package
 

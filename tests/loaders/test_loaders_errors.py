@@ -12,6 +12,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from loaders import LoaderError, MissingDependencyError, build_loader
 from tests.loaders.test_loaders import CLASSES, add_member, make_tiny, tiny_jpeg
@@ -134,6 +135,33 @@ def test_wds_stops_when_no_sample_decodes_rather_than_replacing_forever(tmp_path
     assert re.search(r"shard-\d\.tar:\d{5}\.jpg: not an image format Pillow can identify$", line)
     if workers:  # the worker's own traceback is kept beside the line
         assert "Traceback" in (caught.value.worker_traceback or "")
+
+
+class _Raises(torch.utils.data.Dataset):
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int):
+        raise self.error
+
+
+@pytest.mark.parametrize(
+    "error",
+    [LoaderError("shard-3.tar: cut off"), MissingDependencyError("simplejpeg", "torch")],
+    ids=["LoaderError", "MissingDependencyError"],
+)
+def test_our_errors_keep_their_type_and_line_from_a_dataloader_worker(error):
+    """DataLoader re-raises a worker's exception as ``type(message=TRACEBACK)`` for types with
+    a ``message``: ours come back as themselves, their one line intact (a MissingDependencyError
+    used to become a TypeError there), the worker's traceback kept beside it."""
+    loader = torch.utils.data.DataLoader(_Raises(error), num_workers=1)
+    with pytest.raises(type(error)) as caught:
+        next(iter(loader))
+    assert str(caught.value) == str(error)
+    assert "Traceback" in (caught.value.worker_traceback or "")
 
 
 @pytest.mark.parametrize("name", list(BAD_FILES))
