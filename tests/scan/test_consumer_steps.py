@@ -12,13 +12,13 @@ import torch
 from feedbench.scan.consumer import (
     Accelerator,
     StepOptions,
-    Tally,
     consumer_units,
     emulate_step,
     run_consumer,
 )
 from feedbench.scan.sources import detect
 from feedbench.scan.stream import KEEP_ERRORS, BatchTimes, worker_share
+from feedbench.scan.tally import Tally
 
 
 def scripted(delays_s, samples=4, tail_errors=0):

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from feedbench.scan.consumer import Tally, accelerator_utilisation, consumer_stats
 from feedbench.scan.emulate import StepOnGpu
 from feedbench.scan.profiles import get_profile
+from feedbench.scan.tally import Tally, accelerator_utilisation, consumer_stats
 
 
 def test_a_profile_step_is_the_host_s_at_small_batches_and_the_device_s_at_large():

@@ -19,12 +19,13 @@ from feedbench.core.errors import FeedbenchError
 from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
-from feedbench.scan.consumer import accelerator_utilisation, consumer_units
+from feedbench.scan.consumer import consumer_units
 from feedbench.scan.results import CacheState, ConsumerStats, Measurement
 from feedbench.scan.run import scan
 from feedbench.scan.sizing import MIN_BATCHES_PER_WORKER
 from feedbench.scan.sources import detect
 from feedbench.scan.sweep import curve, find_max
+from feedbench.scan.tally import accelerator_utilisation
 from tests.conftest import interruptible
 
 # --- sharding across consumers ------------------------------------------------------------------
