@@ -1,5 +1,4 @@
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -56,18 +55,10 @@ def test_invalid_values(clean_env):
         discover()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, world: int, port: int, out) -> None:
+def _worker(rank: int, world: int, store: str, out) -> None:
     for name in _ENV:
         os.environ.pop(name, None)
-    tdist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world
-    )
+    tdist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         d = discover()
         out.put((rank, d.rank, d.world_size, d.source))
@@ -75,12 +66,15 @@ def _worker(rank: int, world: int, port: int, out) -> None:
         tdist.destroy_process_group()
 
 
-def test_discovers_from_torch_distributed_gloo():
+def test_discovers_from_torch_distributed_gloo(tmp_path):
+    # a file store, not a TCP port picked free and then bound: under xdist another test's
+    # job could take that port between the two, and a rank then joined the wrong group
+    # ("Connection closed by peer" in gloo's connectFullMesh, seen once in a fresh clone)
     mp.set_forkserver_preload(["torch", "loaders", __name__])  # no torch import per rank
     ctx = mp.get_context("forkserver")
     q = ctx.SimpleQueue()
-    port = _free_port()
-    mp.start_processes(_worker, args=(2, port, q), nprocs=2, join=True, start_method="forkserver")
+    store = str(tmp_path / "store")
+    mp.start_processes(_worker, args=(2, store, q), nprocs=2, join=True, start_method="forkserver")
     got = sorted(q.get() for _ in range(2))
     assert got == [(0, 0, 2, "torch.distributed"), (1, 1, 2, "torch.distributed")]
 
