@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def last_line(text: str) -> str:
+    """A traceback's last non-blank line, stripped (``TYPE: message``); ``text`` itself when it
+    has none. DataLoader and torch's process spawner hand a child's exception on as that text."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
 class LoaderError(Exception):
     """A problem with the data or the options, in one line (e.g. the file that cannot decode).
 
@@ -15,10 +22,8 @@ class LoaderError(Exception):
 
     def __init__(self, *args: object, message: str | None = None) -> None:
         self.worker_traceback = message
-        if message is not None:
-            lines = [line for line in message.splitlines() if line.strip()]
-            # the last line is "loaders.errors.LoaderError: the line"
-            args = (lines[-1].partition(": ")[2] if lines else message,)
+        if message is not None:  # its last line is "loaders.errors.LoaderError: the line"
+            args = (last_line(message).partition(": ")[2],)
         super().__init__(*args)
 
 

@@ -22,6 +22,7 @@ from feedbench.core.supervise import Watchdog
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
 from feedbench.scan.results import RankOutcome
+from loaders.errors import last_line
 
 
 def watch(
@@ -121,6 +122,4 @@ _OWN_ERROR = re.compile(
 
 def _last_line(text: str) -> str:
     """The last line of a consumer's traceback, without our own error classes' names."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    last = lines[-1] if lines else text
-    return _OWN_ERROR.sub("", last, count=1)
+    return _OWN_ERROR.sub("", last_line(text), count=1)

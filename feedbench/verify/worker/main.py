@@ -44,7 +44,7 @@ from feedbench.verify.worker.setup import (
     open_loader,
     pin_cores,
 )
-from loaders.errors import LoaderError
+from loaders.errors import LoaderError, last_line
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -136,8 +136,7 @@ def one_line(e: BaseException) -> str:
     text = str(e)
     if text.startswith("Caught ") and "\nOriginal Traceback" in text:
         where = text.split("\n", 1)[0].rstrip(".").partition(" in ")[2]
-        last = [line.strip() for line in text.splitlines() if line.strip()][-1]
-        return f"{last} (in {where})"
+        return f"{last_line(text)} (in {where})"
     return f"{type(e).__name__}: {' '.join(text.split())}"
 
 
