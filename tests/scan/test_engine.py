@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from feedbench.core.errors import FeedbenchError
+from feedbench.core.words import count
 from feedbench.report.sut import system_facts
 from feedbench.scan import results as scan_results
 from feedbench.scan.config import ScanConfig
@@ -246,10 +247,14 @@ def test_find_max_stops_at_a_count_whose_window_is_too_short(cli, dataset, tmp_p
     result = scan_results.load(out)
     fm = result.config["find_max_result"]
     assert fm["tried"] == {"1": True, "2": True, "4": None} and fm["undecided_at"] == 4
-    assert fm["undecided"] == {"4": {"measured_batches": measured(4), "batches_needed": need}}
+    # the batches inside the window all 4 consumers shared: at most each one's own after the
+    # warm-up, fewer when one started late or warmed up longer (a busy host: 1 of 2, once)
+    (k,) = [u["measured_batches"] for u in fm["undecided"].values()]
+    assert list(fm["undecided"]) == ["4"] and fm["undecided"]["4"]["batches_needed"] == need
+    assert 0 <= k <= measured(4) < need
     assert fm["supported_consumers"] == result.verdict.supported_consumers == 2
     note = (
-        f"find-max: 4 consumers undecided ({measured(4)} measured batches per consumer, needs ≥ "
+        f"find-max: 4 consumers undecided ({count(k, 'measured batch')} per consumer, needs ≥ "
         f"{need}: prefetched batches would decide its AU); the search stopped at 4, supported "
         "consumers at least 2"
     )
