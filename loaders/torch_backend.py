@@ -26,7 +26,9 @@
 
 Bad input: skipped and counted. A file that cannot be read or decoded (corrupt, zero bytes, not an
 image) is left out of its batch, which is then smaller by one; it is listed in ``loader.skipped``.
-The number of batches never changes, so ranks stay equal.
+The number of batches never changes, so ranks stay equal. A full batch none of whose samples
+could be read or decoded is a :class:`~loaders.errors.LoaderError` naming one of them: an empty
+batch cannot be trained on, and the data is then mostly unreadable.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from loaders.data import SampleIndex, Skipped, remote
 from loaders.decode import CpuDecoder, DecodeError
 from loaders.dist import eval_indices, shard_indices
 from loaders.dropin import SourceInfo
+from loaders.errors import LoaderError
 from loaders.gpu_decode import EncodedBatchMaker, GpuJpegDecoder, decode_where
 from loaders.prefetch import DevicePrefetcher
 from loaders.resume import ResumePoint, resumed_indices
@@ -359,6 +362,17 @@ class WorkersAcrossEpochs:
             self.slots.close()
 
 
+def _nothing_decoded(skipped: list[Skipped], rank: int) -> str:
+    """Why a whole batch is refused: an empty batch cannot be trained on (its mean loss is NaN,
+    which DDP's all-reduce would hand every rank), and a full batch of bad files means the data
+    is, in the main, unreadable. A bad file alone is skipped, as ever."""
+    first = skipped[0]
+    return (
+        f"rank {rank}: every sample of a batch failed ({len(skipped)} of {len(skipped)}), e.g. "
+        f"{first.path}: {first.reason} (the torch backend skips a bad file, not a whole batch)"
+    )
+
+
 class TorchLoader(WorkersAcrossEpochs, LoaderBase):
     """torch DataLoader backend; see the module docstring for what it does and guarantees."""
 
@@ -461,6 +475,8 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
                 item = (*self.slots.unpack(item, copy=self._copied_out(item)), item.skipped)
             images, labels, keys, skipped = item
             self._record_skipped(skipped)
+            if not len(keys) and len(skipped) >= self.batch_size:
+                raise LoaderError(_nothing_decoded(skipped, self.info.rank))
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):

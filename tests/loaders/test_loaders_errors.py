@@ -92,6 +92,25 @@ def test_torch_tree_skips_and_counts_undecodable_files(tmp_path):
     assert got["zero.jpg"] == "zero-byte file"
 
 
+@pytest.mark.parametrize("workers", [0, 1])
+def test_torch_stops_at_a_batch_of_which_no_file_decodes(tmp_path, workers):
+    """A bad file shrinks its batch; a batch with none left would reach training empty (a NaN
+    loss, all-reduced into every rank's model): a LoaderError in one line naming one file. An
+    undecodable tree (every file text) stops at its first batch."""
+    tree = make_tiny(tmp_path, N, PER_SHARD)["tree"]
+    for path in tree.rglob("*.jpg"):
+        path.write_bytes(BAD_FILES["text.jpg"]())
+    loader = build_loader(tree, "torch", **{**KW, "workers": workers})
+    with pytest.raises(LoaderError) as caught:
+        next(iter(loader))
+    line = str(caught.value)
+    assert "\n" not in line and "Traceback" not in line, line
+    assert line.startswith("rank 0: every sample of a batch failed (8 of 8), e.g. "), line
+    assert line.endswith(".jpg: not an image format Pillow can identify (the torch backend "
+                         "skips a bad file, not a whole batch)"), line  # fmt: skip
+    assert len(loader.skipped) >= 8  # counted too
+
+
 @pytest.mark.parametrize("backend", ["torch", "wds"])
 def test_shards_skip_and_count_every_kind_of_bad_sample(tmp_path, backend):
     shards = damaged_shards(tmp_path, list(BAD_FILES))

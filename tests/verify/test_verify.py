@@ -340,10 +340,12 @@ def test_loader_option_reaches_the_loader_in_every_rank(cli, data, tmp_path):
     assert "settings: torch: decoder=pil" in " ".join(r.out.split())
 
 
-def test_a_window_of_empty_batches_fails_with_the_loaders_reason(cli, dataset_copy, tmp_path):
-    """Every JPEG of the tree made unreadable: the loader skips each sample and hands out empty
-    batches. A rank that trained on no image measured nothing: the run fails (exit 3) and says
-    why, in the loader's words, rather than being stored as ok with 0 images."""
+def test_a_batch_of_unreadable_files_stops_the_run_with_the_loaders_reason(
+    cli, dataset_copy, tmp_path
+):
+    """Every JPEG of the tree made unreadable: the torch loader skips a bad file, but a batch
+    with none left cannot be trained on (its loss is NaN). The run fails (exit 3) in the
+    loader's words, rather than training on empty batches or being stored as ok."""
     rng = random.Random(0)
     for path in dataset_copy.rglob("*.jpg"):
         path.write_bytes(rng.randbytes(2000))
@@ -353,9 +355,9 @@ def test_a_window_of_empty_batches_fails_with_the_loaders_reason(cli, dataset_co
     assert r.code == 3, r.out + r.err
     (run,) = verify_results.load(out).runs
     assert run.status == "failed" and run.images == 0, (run.status, run.images)
-    why = r"torch: rank 0 trained on no image in its 6 measured steps: \d+ skips, e\.g\. "
+    why = r"torch on 1 process: rank 0: every sample of a batch failed \(4 of 4\), e\.g\. "
     assert re.search(why + r".*\.jpg: not an image format Pillow can identify", run.error or "")
-    assert re.search(r"^error: .*trained on no image", r.err, re.M), r.err
+    assert re.search(r"^error: .*every sample of a batch failed", r.err, re.M), r.err
     assert "Traceback" not in r.err
 
 

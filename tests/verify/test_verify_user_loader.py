@@ -38,6 +38,9 @@ def dicts(batch_size):
 def empty():
     return []
 
+def hollow(batch_size):  # batches of no image: what a loader that skipped everything gives
+    return [(torch.zeros(0, 3, 8, 8), torch.zeros(0, dtype=torch.long))] * 12
+
 def needs(path, bucket):
     return []
 
@@ -137,6 +140,22 @@ def test_a_factory_that_does_not_resolve_is_one_line(cli, dataset, tmp_path, loa
     r = cli("verify", str(dataset), "--device", "cpu", "--loader", loader,
             "--json", str(tmp_path / "v.json"))  # fmt: skip
     assert r.code == 2 and re.search(message, r.err) and "Traceback" not in r.err, r.err
+
+
+def test_a_loader_whose_batches_are_empty_fails_the_run(cli, dataset, factory_file, tmp_path):
+    """A rank that trained on no image measured nothing: the run fails (exit 3) and says so,
+    rather than being stored as ok with 0 images (a loader without ``skipped`` says no more)."""
+    given = f"{factory_file}:hollow"
+    out = tmp_path / "v.json"
+    r = cli("verify", str(dataset / "images"), "-c", "1", "--loader", given, "--no-synthetic",
+            "--device", "cpu", "--steps", "6", "--warmup", "2", "-b", "4", "--workers", "1",
+            "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 3, r.out + r.err
+    (run,) = verify_results.load(out).runs
+    assert run.status == "failed" and run.images == 0, (run.status, run.images)
+    assert run.error == (f"{given} on 1 process: rank 0 trained on no image in its 6 measured "
+                         "steps: every batch it gave was empty"), run.error  # fmt: skip
+    assert "Traceback" not in r.err
 
 
 @pytest.mark.slow

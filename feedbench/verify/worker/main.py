@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         loader = open_loader(args, rank, series)
         training = build_training(args, rank, series)
         TimedLoop(args, rank, series, training, Epochs(loader), part, started_mono).run()
-        check_fed(args, rank, series, loader)
+        check_fed(rank, series, loader)
         series.labels_synthesised = getattr(loader, "synthesised", False)
         series.image_height, series.image_width = getattr(loader, "image_hw", None) or (None,) * 2
         barrier(rank)  # every rank finishes its window before any leaves
@@ -140,17 +140,18 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {' '.join(text.split())}"
 
 
-def check_fed(args: argparse.Namespace, rank: Rank, series: StepSeries, loader) -> None:
+def check_fed(rank: Rank, series: StepSeries, loader) -> None:
     """A FeedbenchError when this rank's measured window trained on no image: every batch came
     empty (every sample skipped, e.g. none could be decoded), and a rate of 0 measures nothing."""
     if sum(series.images) > 0:
         return
     skipped = loader.skipped()
-    why = f": {count(len(skipped), 'skip')}, e.g. {skipped[0].path}: {skipped[0].reason}"
-    raise FeedbenchError(
-        f"{args.loader}: rank {rank.rank} trained on no image in its "
-        f"{count(len(series.step_s), 'measured step')}{why if skipped else ''}"
-    )
+    if skipped:
+        why = f"{count(len(skipped), 'skip')}, e.g. {skipped[0].path}: {skipped[0].reason}"
+    else:
+        why = "every batch it gave was empty"
+    steps = count(len(series.step_s), "measured step")
+    raise FeedbenchError(f"rank {rank.rank} trained on no image in its {steps}: {why}")
 
 
 def main(argv: list[str] | None = None) -> None:
