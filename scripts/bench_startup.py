@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How long feedbench's commands take to answer before any measuring: wall time of commands that
-only start up (help, a bad path, compare of two small results files), and whether each process
-imported torch. Interleaved repeats; median, min and max per command.
+only start up (help, a bad path, compare of two small results files) and of the smallest whole
+scan, and whether each process imported torch. Interleaved repeats; median, min and max per command.
 
     python scripts/bench_startup.py [--repeat 7] [--python PY] [--cwd CHECKOUT] [--out FILE]
 
@@ -24,14 +24,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def commands(scan_json: str) -> dict[str, list[str]]:
-    """What a user types that should answer at once (no data is read by any of them)."""
+def commands(scan_json: str, tiny_json: str) -> dict[str, list[str]]:
+    """What a user types that should answer at once (no data is read by any of them), and the
+    smallest whole scan (the sample's 36 images read once: its time is mostly the parent's)."""
     compare = ["-m", "feedbench", "compare", scan_json, scan_json, "--no-plots"]
+    tiny = ["-m", "feedbench", "scan", str(ROOT / "sample_data" / "images"), "--stages", "read",
+            "-b", "4", "--workers", "1", "--no-plots", "--json", tiny_json]  # fmt: skip
     return {
         "feedbench --help": ["-m", "feedbench", "--help"],
         "feedbench scan /no/such/path": ["-m", "feedbench", "scan", "/no/such/path"],
         "feedbench compare a.json a.json --no-plots": compare,
         "python -c 'import loaders.data'": ["-c", "import loaders.data"],
+        "feedbench scan SAMPLE/images --stages read --no-plots": tiny,
     }
 
 
@@ -64,7 +68,7 @@ def main() -> int:
         subprocess.run([args.python, "-m", "feedbench", "scan", str(sample), "--no-plots",
                         "--json", scan_json], cwd=args.cwd, env=env, check=True,
                        capture_output=True)  # fmt: skip
-        cmds = commands(scan_json)
+        cmds = commands(scan_json, str(Path(tmp) / "tiny.json"))
         walls: dict[str, list[float]] = {name: [] for name in cmds}
         for _ in range(args.repeat):
             for name, argv in cmds.items():

@@ -325,7 +325,6 @@ def write_outputs(result, target: Path, plots: bool, outputs: Outputs, wide: boo
     from feedbench.core.envelope import save
     from feedbench.core.redact import scrub
     from feedbench.report.scan_console import render_scan
-    from feedbench.report.scan_plots import write_all
 
     outputs.write("results", save, result, target)
     result = scrub(result)  # what is shown and drawn, as what was written
@@ -333,6 +332,8 @@ def write_outputs(result, target: Path, plots: bool, outputs: Outputs, wide: boo
     if "results" not in outputs.failed:
         out.print(f"results: {target}")
     if plots and result.measurements:
+        from feedbench.report.scan_plots import write_all  # matplotlib: only where it draws
+
         written = outputs.write("plots", write_all, result, target.parent, target.stem)
         if written:
             out.print("plots: " + ", ".join(str(p) for p in written))

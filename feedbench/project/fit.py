@@ -27,7 +27,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy import optimize, stats
 
 LEVEL = 0.95  # the intervals' confidence
 DRAWS = 400  # parameter vectors each band is taken from
@@ -92,6 +91,8 @@ def _start(model: Model, n: np.ndarray, x: np.ndarray) -> list[float]:
 
 def fit_params(name: str, n: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Least-squares parameters and their covariance; RuntimeError where it does not converge."""
+    from scipy import optimize  # here: scipy costs every command that renders a scan a second
+
     model = MODELS[name]
     with warnings.catch_warnings():  # an undefined covariance is reported as inf, handled below
         warnings.simplefilter("ignore", optimize.OptimizeWarning)
@@ -134,6 +135,8 @@ def normal_draws(name: str, p: np.ndarray, cov: np.ndarray, dof: int, seed: int)
     that percentile bands agree with the t-intervals; kept inside the model's bounds. None
     drawn where the fit has no covariance (as many points as parameters)."""
     model = MODELS[name]
+    from scipy import stats
+
     if dof <= 0 or not np.all(np.isfinite(cov)):
         return np.zeros((0, len(p)))
     widen = (stats.t.ppf((1 + LEVEL) / 2, dof) / stats.norm.ppf((1 + LEVEL) / 2)) ** 2
@@ -145,6 +148,8 @@ def normal_draws(name: str, p: np.ndarray, cov: np.ndarray, dof: int, seed: int)
 def t_intervals(model: Model, p: np.ndarray, cov: np.ndarray, dof: int) -> dict[str, tuple]:
     """Estimate ± t(dof) × standard error, as R's ``usl`` reports, cut to the parameter's
     bounds (σ below 0 means nothing); nan without a covariance."""
+    from scipy import stats
+
     if dof <= 0 or not np.all(np.isfinite(np.diag(cov))):
         return {k: (math.nan, math.nan) for k in model.params}
     t = float(stats.t.ppf((1 + LEVEL) / 2, dof))

@@ -39,6 +39,7 @@ from feedbench.scan.results import (
 )
 from feedbench.scan.sizing import loader_ahead
 from feedbench.scan.sources import Source, shared_index
+from feedbench.scan.watch import OPENING, READING
 
 
 def prepare_cache(
@@ -68,13 +69,6 @@ def prepare_cache(
             "(this filesystem ignores fadvise?): the cold pass is partly warm; try --drop-caches"
         )
     return CacheState("cold", resident, failures), warnings
-
-
-# What a consumer is doing, for the parent's stall watch: opening moves no counter (loading the
-# parent's listing, or listing where it has none; building a loader, its index, its workers) and
-# is not a stall of the storage, however long it takes
-READING, OPENING = 0, 1
-PHASES = ("reading", "opening the data (listing it, building the index and the loader)")
 
 
 @dataclass
@@ -190,7 +184,7 @@ def run_rank(
     ``gather_hosts`` (every rank alike: torchrun, where ranks may be on several machines), rank 0
     is told each rank's host and node first (``on_hosts``, in rank order: (host, node rank),
     see :func:`node_rank`). ``on_phase(k)`` is told when
-    the consumer starts :data:`PHASES`\\ [k] (for the parent's stall watch)."""
+    the consumer starts :data:`feedbench.scan.watch.PHASES`\\ [k] (for the parent's stall watch)."""
     tdist.init_process_group(
         "gloo",
         init_method=init_method,

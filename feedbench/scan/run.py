@@ -34,6 +34,7 @@ from feedbench.core.supervise import (
 )
 from feedbench.core.system import client_cache_caveat
 from feedbench.core.words import count
+from feedbench.scan import spawn
 from feedbench.scan.config import Plan, ScanConfig, check
 from feedbench.scan.factory import UserLoaderError, is_user_spec, resolve, run_exit_handlers
 from feedbench.scan.forkserver import SERVER_PARENT_ENV
@@ -162,13 +163,11 @@ def run_count(
     """
     from multiprocessing import resource_tracker
 
-    import torch.multiprocessing as mp
-
     resource_tracker.ensure_running()  # before the job's tag: it outlives the job, not reaped
     start_consumer_server()
     forks = multiprocessing.get_context(START_METHOD)
     done_bytes, beats = forks.Array("q", n, lock=False), forks.Array("q", n, lock=False)
-    phases = forks.Array("b", n, lock=False)  # rank.PHASES: each consumer's, for the watch
+    phases = forks.Array("b", n, lock=False)  # watch.PHASES: each consumer's, for the watch
     fd, out_path = tempfile.mkstemp(prefix="feedbench-", suffix=".pkl")
     os.close(fd)
     os.unlink(out_path)
@@ -180,19 +179,16 @@ def run_count(
         # a signal while the consumers start is taken once all are known here, and so ended
         with job_tag() as tag, stop_signals_deferred():
             env = dict(os.environ) | {SCAN_PID_ENV: str(os.getpid())}
-            ctx = mp.start_processes(
-                _spawned,
-                args=(n, config.as_dict(), init, workers, out_path, done_bytes, beats, phases, env),
-                nprocs=n,
-                join=False,
-                start_method=START_METHOD,
-            )
+            args = (n, config.as_dict(), init, workers, out_path, done_bytes, beats, phases, env)
+            ctx = spawn.start(_spawned, args, n, START_METHOD)
         how, why = watch(ctx, config, done_bytes, beats, phases, on_progress, slow)
     except KeyboardInterrupt:  # as they started: they are ended below, the count interrupted
         pass
     finally:
         if ctx is not None and _end(ctx, tag):  # a signal as they were ended: taken after
             how, why = "interrupted", None
+        if ctx is not None:
+            ctx.remove_error_files()
     outcomes: list[RankOutcome] = []
     if os.path.exists(out_path):
         with open(out_path, "rb") as f:

@@ -22,19 +22,22 @@ from feedbench.core.supervise import Watchdog
 from feedbench.scan.config import ScanConfig
 from feedbench.scan.factory import is_user_spec
 from feedbench.scan.results import RankOutcome
+from feedbench.scan.spawn import ConsumerExited, ConsumerRaised
 from loaders.errors import last_line
+
+# What a consumer is doing, for the parent's stall watch: opening moves no counter (loading the
+# parent's listing, or listing where it has none; building a loader, its index, its workers) and
+# is not a stall of the storage, however long it takes
+READING, OPENING = 0, 1
+PHASES = ("reading", "opening the data (listing it, building the index and the loader)")
 
 
 def watch(
     ctx, config: ScanConfig, done_bytes, beats, phases, on_progress, slow: list[float]
 ) -> tuple[str, str | None]:
     """Wait for the consumers: ("done", None), ("interrupted", None), ("failed", why) or
-    ("stalled", why). A consumer opening its data (rank.PHASES) is busy, not stalled; one
+    ("stalled", why). A consumer opening its data (:data:`PHASES`) is busy, not stalled; one
     whose connections receive bytes is slow, not stalled (the rates go to ``slow``)."""
-    import torch.multiprocessing as mp
-
-    from feedbench.scan.rank import READING
-
     dog = Watchdog(len(done_bytes), config.stall_timeout_s)
     try:
         while not ctx.join(timeout=0.5):
@@ -50,10 +53,10 @@ def watch(
                 return "stalled", _stall_message(dog, config)
     except KeyboardInterrupt:
         return "interrupted", None
-    except mp.ProcessRaisedException as e:
-        return "failed", f"consumer {e.error_index} failed: {_last_line(str(e))}"
-    except mp.ProcessExitedException as e:
-        return "failed", f"consumer {e.error_index} died (exit code {e.exit_code})"
+    except ConsumerRaised as e:
+        return "failed", f"consumer {e.index} failed: {_last_line(str(e))}"
+    except ConsumerExited as e:
+        return "failed", f"consumer {e.index} died (exit code {e.exit_code})"
     return "done", None
 
 

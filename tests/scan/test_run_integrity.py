@@ -145,7 +145,7 @@ from multiprocessing import process
 start, sent = process.BaseProcess.start, []
 
 def start_then_signal(self):
-    consumer = getattr(self._target, "__name__", "") == "_wrap"  # torch's; gone once started
+    consumer = getattr(self._target, "__module__", "") == "feedbench.scan.spawn"  # a consumer
     start(self)
     if consumer and not sent:
         sent.append(1)

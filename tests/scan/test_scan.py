@@ -248,6 +248,27 @@ def test_cli_all_bad_writes_results_then_fails(cli, tmp_path):
     assert scan_results.load(out).measurements[0].errors == 3
 
 
+def test_cli_a_loader_that_stops_fails_the_scan_in_its_words(cli, tmp_path):
+    """--loader torch over a tree none of whose files decodes: the loader stops at its first
+    batch (an empty batch cannot be trained on); the consumer's error reaches the parent as one
+    line (the last of its traceback), exit 3, the partial results written."""
+    bad = tmp_path / "bad" / "cls"
+    bad.mkdir(parents=True)
+    for i in range(8):
+        (bad / f"{i}.jpg").write_bytes(b"not an image\n")
+    out = tmp_path / "r.json"
+    r = cli("scan", str(tmp_path / "bad"), "--loader", "torch", "-b", "4", "--workers", "1",
+            "--json", str(out), "--no-plots")  # fmt: skip
+    assert r.code == 3, r.out + r.err
+    why = ("consumer 0 failed: rank 0: every sample of a batch failed (4 of 4), e.g. "
+           f"{bad}/")  # fmt: skip
+    errors = [line for line in r.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {why}"), r.err
+    assert "Traceback" not in r.err + r.out
+    loaded = scan_results.load(out)
+    assert loaded.partial and loaded.failure.startswith(why), loaded.failure
+
+
 def test_entry_point_error_has_no_traceback(tmp_path):
     """The installed console script, in a real process."""
     proc = subprocess.run(
@@ -273,6 +294,33 @@ def test_the_command_line_starts_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+SCAN_THEN_MODULES = """
+import sys
+if __name__ == "__main__":  # not in the consumers, which import this file as their main
+    sys.argv[0] = "feedbench"
+    from feedbench.cli import main
+    try:
+        main()
+    finally:
+        print("loaded:", [m for m in ("torch", "scipy", "matplotlib") if m in sys.modules])
+"""
+
+
+def test_a_whole_scan_leaves_torch_scipy_and_matplotlib_out_of_the_parent(dataset, tmp_path):
+    """A scan's parent starts, watches and joins its consumers and writes their results
+    without torch (its consumers have it), scipy (needed for a projection's fit) or matplotlib
+    (with --no-plots): each cost every scan seconds at its end on a 2-core host."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(SCAN_THEN_MODULES)
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, str(driver), "scan", str(dataset / "images"), "--stages", "read",
+           "-b", "4", "--workers", "1", "--no-plots", "--json", str(out)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().endswith("loaded: []"), proc.stdout[-500:]
+    assert scan_results.load(out).measurements[0].samples > 0
 
 
 def test_warm_pass_warms_the_cache_first(dataset):
