@@ -1,11 +1,8 @@
-"""A count's local consumers as processes, started and joined without torch in the parent.
-
-``torch.multiprocessing.start_processes`` did this; importing torch for it cost the parent
-seconds of every scan (about 3 s on a 2-core VM) and a few hundred MB, for code that needs
-only the standard library. The semantics are its own: a consumer's exception reaches the
-parent as its traceback's text, a consumer that exits otherwise as its exit code. Unlike
-torch's ``join``, a failure does not end the others here: the caller ends them all
-(:func:`feedbench.scan.run._end`), loader workers included.
+"""A count's local consumers as processes, started and joined with the standard library: the
+parent needs no torch (seconds to import on a small host; the consumers have it from the fork
+server). A consumer's exception reaches the parent as its traceback's text, any other failed
+exit as its exit code. A failure does not end the other consumers here: the caller ends them
+all, loader workers included (:func:`feedbench.scan.run._end`).
 """
 
 from __future__ import annotations
