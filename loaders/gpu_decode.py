@@ -241,7 +241,7 @@ class GpuJpegDecoder:
             out[at] = batch.ready.to(self.device, non_blocking=True)
         if failed:
             keep = [p for p in range(n) if p not in failed]
-            out = out[torch.tensor(keep, device=self.device)]
+            out = out[torch.tensor(keep, dtype=torch.long, device=self.device)]
         return out, sorted(failed), [failed[p] for p in sorted(failed)]
 
     def _decode_list(self, pieces: list[torch.Tensor]) -> list[torch.Tensor]:

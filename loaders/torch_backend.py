@@ -332,12 +332,14 @@ class WorkersAcrossEpochs:
         assert self.gpu_decoder is not None
         images, failed, why = self.gpu_decoder(encoded)
         if failed:
-            self._record_skipped(
-                [
-                    Skipped(self.index.describe(int(keys[p])), w)
-                    for p, w in zip(failed, why, strict=True)
-                ]
-            )
+            skipped = [
+                Skipped(self.index.describe(int(keys[p])), w)
+                for p, w in zip(failed, why, strict=True)
+            ]
+            self._record_skipped(skipped)
+            n = len(failed) + self._host_skips  # the batch's samples that failed
+            if len(failed) == len(keys) and n >= self.batch_size:
+                raise _nothing_decoded(skipped[0], n, self.info.rank)
             keep = np.setdiff1d(np.arange(len(keys)), failed)
             labels, keys = labels[keep], keys[keep]
         return images, labels, keys
@@ -362,14 +364,13 @@ class WorkersAcrossEpochs:
             self.slots.close()
 
 
-def _nothing_decoded(skipped: list[Skipped], rank: int) -> str:
-    """Why a whole batch is refused: an empty batch cannot be trained on (its mean loss is NaN,
-    which DDP's all-reduce would hand every rank), and a full batch of bad files means the data
-    is, in the main, unreadable. A bad file alone is skipped, as ever."""
-    first = skipped[0]
-    return (
-        f"rank {rank}: every sample of a batch failed ({len(skipped)} of {len(skipped)}), e.g. "
-        f"{first.path}: {first.reason} (the torch backend skips a bad file, not a whole batch)"
+def _nothing_decoded(one: Skipped, n: int, rank: int) -> LoaderError:
+    """Why a whole batch of ``n`` is refused: an empty batch cannot be trained on (its mean
+    loss is NaN, which DDP's all-reduce would hand every rank), and a full batch of bad files
+    means the data is, in the main, unreadable. A bad file alone is skipped, as ever."""
+    return LoaderError(
+        f"rank {rank}: every sample of a batch failed ({n} of {n}), e.g. {one.path}: "
+        f"{one.reason} (the torch backend skips a bad file, not a whole batch)"
     )
 
 
@@ -408,6 +409,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self.clock = WorkerClock(workers) if workers > 0 else None
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
+        self._host_skips = 0  # of the batch the host iterator gave last
         self.dataset = ImageDataset(
             index,
             self.decoder,
@@ -476,7 +478,8 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             images, labels, keys, skipped = item
             self._record_skipped(skipped)
             if not len(keys) and len(skipped) >= self.batch_size:
-                raise LoaderError(_nothing_decoded(skipped, self.info.rank))
+                raise _nothing_decoded(skipped[0], len(skipped), self.info.rank)
+            self._host_skips = len(skipped)  # decode="gpu": _decoded takes this batch next
             yield images, labels, keys
 
     def _epoch_batches(self, epoch: int, start: ResumePoint | None):

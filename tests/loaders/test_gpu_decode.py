@@ -163,6 +163,28 @@ def test_the_torch_loader_with_workers_sending_bytes(tiny_tree, tmp_path, monkey
     assert len(loader.skipped) == 1 and bad.name in loader.skipped[0].path
 
 
+def test_the_torch_loader_stops_at_a_batch_the_decoder_left_empty(tmp_path, monkeypatch):
+    """decode="gpu": files whose headers read but whose data does not decode fail in the
+    decoder, after the worker; a full batch of them would reach training empty: a LoaderError
+    naming one, as on the CPU path."""
+    import loaders.torch_backend
+    from loaders import LoaderError, build_loader
+
+    tree = make_tiny(tmp_path, n=32, per_shard=16)["tree"]
+    for path in tree.rglob("*.jpg"):
+        data = path.read_bytes()
+        path.write_bytes(data[: data.find(b"\xff\xda") + 30])  # header intact, scan cut short
+    monkeypatch.setattr(loaders.torch_backend, "decode_where", lambda *a: "gpu")
+    loader = build_loader(tree, "torch", 16, image_size=32, workers=1)
+    assert loader.decode == "gpu"
+    with pytest.raises(LoaderError) as caught:
+        next(iter(loader))
+    loader.close()
+    line = str(caught.value)
+    assert line.startswith("rank 0: every sample of a batch failed (16 of 16), e.g. "), line
+    assert line.endswith("(the torch backend skips a bad file, not a whole batch)"), line
+
+
 def test_slices_and_joins_of_a_batch_decode_as_the_whole():
     """The wds backend re-batches workers' chunks: any cut and re-join of an EncodedBatch
     decodes to the same pixels as the batch it came from."""
