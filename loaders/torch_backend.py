@@ -283,6 +283,8 @@ class WorkersAcrossEpochs:
     slots: BatchSlots | None = None  # what its workers decode into (loaders.slots)
     clock: WorkerClock | None = None  # its workers' time making batches (loaders.worker_clock)
     gpu_decoder: GpuJpegDecoder | None = None  # decode="gpu" (loaders.gpu_decode)
+    # the samples a worker skipped of the batch _decoded takes next (torch; wds replaces them)
+    _host_skips = 0
 
     def _epoch_items(
         self, epoch: int, count: int, start: Callable[[], None], restart: bool = False
@@ -339,7 +341,7 @@ class WorkersAcrossEpochs:
             self._record_skipped(skipped)
             n = len(failed) + self._host_skips  # the batch's samples that failed
             if len(failed) == len(keys) and n >= self.batch_size:
-                raise _nothing_decoded(skipped[0], n, self.info.rank)
+                raise _nothing_decoded(skipped[0], n, self.info.rank, self.backend)
             keep = np.setdiff1d(np.arange(len(keys)), failed)
             labels, keys = labels[keep], keys[keep]
         return images, labels, keys
@@ -364,13 +366,13 @@ class WorkersAcrossEpochs:
             self.slots.close()
 
 
-def _nothing_decoded(one: Skipped, n: int, rank: int) -> LoaderError:
+def _nothing_decoded(one: Skipped, n: int, rank: int, backend: str) -> LoaderError:
     """Why a whole batch of ``n`` is refused: an empty batch cannot be trained on (its mean
     loss is NaN, which DDP's all-reduce would hand every rank), and a full batch of bad files
     means the data is, in the main, unreadable. A bad file alone is skipped, as ever."""
     return LoaderError(
         f"rank {rank}: every sample of a batch failed ({n} of {n}), e.g. {one.path}: "
-        f"{one.reason} (the torch backend skips a bad file, not a whole batch)"
+        f"{one.reason} (the {backend} backend skips a bad file, not a whole batch)"
     )
 
 
@@ -409,7 +411,6 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
         self.clock = WorkerClock(workers) if workers > 0 else None
         self.decoder = CpuDecoder(self.image_size, self.train, decoder, self.transform)
         self.gpu_decoder = GpuJpegDecoder(self.decoder, self.device) if on_gpu else None
-        self._host_skips = 0  # of the batch the host iterator gave last
         self.dataset = ImageDataset(
             index,
             self.decoder,
@@ -478,7 +479,7 @@ class TorchLoader(WorkersAcrossEpochs, LoaderBase):
             images, labels, keys, skipped = item
             self._record_skipped(skipped)
             if not len(keys) and len(skipped) >= self.batch_size:
-                raise _nothing_decoded(skipped[0], len(skipped), self.info.rank)
+                raise _nothing_decoded(skipped[0], len(skipped), self.info.rank, self.backend)
             self._host_skips = len(skipped)  # decode="gpu": _decoded takes this batch next
             yield images, labels, keys
 

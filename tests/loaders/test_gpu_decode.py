@@ -8,6 +8,8 @@ the skips. tests/loaders/test_loaders_gpu.py runs the loader with nvJPEG on a re
 from __future__ import annotations
 
 import io
+import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -163,26 +165,49 @@ def test_the_torch_loader_with_workers_sending_bytes(tiny_tree, tmp_path, monkey
     assert len(loader.skipped) == 1 and bad.name in loader.skipped[0].path
 
 
-def test_the_torch_loader_stops_at_a_batch_the_decoder_left_empty(tmp_path, monkeypatch):
+def _cut_scan(data: bytes) -> bytes:
+    return data[: data.find(b"\xff\xda") + 30]  # header intact, scan cut short
+
+
+def _trees_and_shards_with_cut_scans(root: Path, backend: str) -> Path:
+    """make_tiny's tree or shards, every JPEG's scan cut short: the worker reads each header,
+    and every decode fails after it."""
+    made = make_tiny(root, n=32, per_shard=16)
+    if backend == "torch":
+        for path in made["tree"].rglob("*.jpg"):
+            path.write_bytes(_cut_scan(path.read_bytes()))
+        return made["tree"]
+    for shard in made["shards"].glob("*.tar"):
+        with tarfile.open(shard) as tar:
+            members = [(m, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
+        with tarfile.open(shard, "w") as tar:
+            for m, data in members:
+                data = _cut_scan(data) if m.name.endswith(".jpg") else data
+                m.size = len(data)
+                tar.addfile(m, io.BytesIO(data))
+    return made["shards"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "wds"])
+def test_a_batch_the_decoder_leaves_empty_stops_the_loader(tmp_path, monkeypatch, backend):
     """decode="gpu": files whose headers read but whose data does not decode fail in the
     decoder, after the worker; a full batch of them would reach training empty: a LoaderError
     naming one, as on the CPU path."""
     import loaders.torch_backend
+    import loaders.wds_backend
     from loaders import LoaderError, build_loader
 
-    tree = make_tiny(tmp_path, n=32, per_shard=16)["tree"]
-    for path in tree.rglob("*.jpg"):
-        data = path.read_bytes()
-        path.write_bytes(data[: data.find(b"\xff\xda") + 30])  # header intact, scan cut short
+    source = _trees_and_shards_with_cut_scans(tmp_path, backend)
     monkeypatch.setattr(loaders.torch_backend, "decode_where", lambda *a: "gpu")
-    loader = build_loader(tree, "torch", 16, image_size=32, workers=1)
+    monkeypatch.setattr(loaders.wds_backend, "decode_where", lambda *a: "gpu")
+    loader = build_loader(source, backend, 16, image_size=32, workers=1)
     assert loader.decode == "gpu"
     with pytest.raises(LoaderError) as caught:
         next(iter(loader))
     loader.close()
     line = str(caught.value)
     assert line.startswith("rank 0: every sample of a batch failed (16 of 16), e.g. "), line
-    assert line.endswith("(the torch backend skips a bad file, not a whole batch)"), line
+    assert line.endswith(f"(the {backend} backend skips a bad file, not a whole batch)"), line
 
 
 def test_slices_and_joins_of_a_batch_decode_as_the_whole():
