@@ -499,4 +499,7 @@ def test_workers_freed_together_refill_before_the_window(tmp_path, group):
     loop.run()
     assert s.skipped_ready >= 1
     assert len(s.warmup_step_s) == 4 + s.skipped_ready  # the refill's steps, unmeasured
-    assert sum(s.data_wait_s[:8]) < 0.05  # the workers' turns spread out again before the window
+    # the workers' turns spread out again before the window: without the refill, mostly 0.24 s
+    # or more on an idle host (the step count above is the sure check); with it, a fresh clone's
+    # suite on this VM once waited 0.053 s here
+    assert sum(s.data_wait_s[:8]) < 0.12
