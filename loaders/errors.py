@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def last_line(text: str) -> str:
     """A traceback's last non-blank line, stripped (``TYPE: message``); ``text`` itself when it
-    has none. DataLoader and torch's process spawner hand a child's exception on as that text."""
+    has none. DataLoader and scan's consumer processes hand a child's exception on as that text."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else text
 

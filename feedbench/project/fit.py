@@ -134,9 +134,9 @@ def normal_draws(name: str, p: np.ndarray, cov: np.ndarray, dof: int, seed: int)
     """Parameter vectors drawn from the fit's normal, its covariance scaled by (t / z)² so
     that percentile bands agree with the t-intervals; kept inside the model's bounds. None
     drawn where the fit has no covariance (as many points as parameters)."""
-    model = MODELS[name]
     from scipy import stats
 
+    model = MODELS[name]
     if dof <= 0 or not np.all(np.isfinite(cov)):
         return np.zeros((0, len(p)))
     widen = (stats.t.ppf((1 + LEVEL) / 2, dof) / stats.norm.ppf((1 + LEVEL) / 2)) ** 2

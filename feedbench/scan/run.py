@@ -185,9 +185,9 @@ def run_count(
     except KeyboardInterrupt:  # as they started: they are ended below, the count interrupted
         pass
     finally:
-        if ctx is not None and _end(ctx, tag):  # a signal as they were ended: taken after
-            how, why = "interrupted", None
         if ctx is not None:
+            if _end(ctx, tag):  # a signal as they were ended: taken after
+                how, why = "interrupted", None
             ctx.remove_error_files()
     outcomes: list[RankOutcome] = []
     if os.path.exists(out_path):

@@ -69,15 +69,18 @@ class Consumers:
         return not self._waiting
 
     def _failure(self, index: int, exit_code: int) -> Exception:
+        path = self.error_files[index]
         try:
-            with open(self.error_files[index], "rb") as f:
+            with open(path, "rb") as f:
                 return ConsumerRaised(pickle.load(f), index)
         except (OSError, EOFError, pickle.UnpicklingError):  # it wrote none: it exited
             return ConsumerExited(index, exit_code)
         finally:
-            self.remove_error_files()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
     def remove_error_files(self) -> None:
+        """Every consumer's error file (those that raised after the first failure too)."""
         for path in self.error_files:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
